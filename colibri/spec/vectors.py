@@ -1,0 +1,130 @@
+"""Test vectors: the explicit ones of each rule, and boundary vectors generated from its
+checks. A generated refusal expects the first check of its rule that the value fails, so
+an earlier rule catching it instead shows up as a failing vector (an ordering bug)."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .checks import KINDS, CompiledCheck, Context, condition_holds
+from .model import Vector, deep_merge
+from .paths import Location, delete_path, json_type, parse, resolve, set_path
+
+#: Settings every vector assumes unless its `server` block says otherwise.
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "model_id": "colibri-tiny", "kv_slots": 4, "continue_assistant": True, "family": "glm",
+}
+
+
+def request_for(spec: Any, vector: Vector) -> dict[str, Any] | None:
+    """The body a vector sends: its request merged over the endpoint's minimal request."""
+    if vector.raw_body is not None:
+        return None
+    ep = spec.endpoints.get(vector.endpoint)
+    base = (ep.minimal_request if ep and ep.minimal_request else {})
+    if vector.method != "POST":
+        return None
+    if vector.request is None:
+        return copy.deepcopy(base)
+    if vector.raw_body is None and (vector.request or {}).get("$replace") is True:
+        return {k: v for k, v in vector.request.items() if k != "$replace"}
+    return deep_merge(base, vector.request)
+
+
+def context_for(spec: Any, server: dict[str, Any] | None = None) -> Context:
+    settings = dict(DEFAULT_SETTINGS, **(server or {}))
+    fam = spec.families.get(settings["family"])
+    return Context(family=fam.row if fam else {}, settings=settings)
+
+
+def _first_failure(checks: list[CompiledCheck], body: dict[str, Any], ctx: Context) -> CompiledCheck | None:
+    for c in checks:
+        if c.run(body, ctx, {}) is not None:
+            return c
+    return None
+
+
+def _generate(spec: Any, rule: Any) -> list[Vector]:
+    out: list[Vector] = []
+    seen: set[str] = set()
+    rule_checks = [c for c in spec.compiled if c.rule_id == rule.id]
+    ctx = context_for(spec)
+    for chk in rule_checks:
+        for endpoint in chk.endpoints:
+            ep = spec.endpoints.get(endpoint)
+            if not ep or not ep.minimal_request:
+                continue
+            same_rule = [c for c in rule_checks if c.applies_to(endpoint)]
+            for value, passes in _samples(chk, same_rule):
+                body = copy.deepcopy(ep.minimal_request)
+                if chk.kind == "required":
+                    concrete = delete_path(body, chk.segments)
+                elif chk.kind == "keys":
+                    concrete = ("x_unknown_field",) if chk.field == "$" else None
+                    if concrete:
+                        body["x_unknown_field"] = 1
+                else:
+                    concrete = set_path(body, chk.segments, value)
+                if concrete is None:
+                    continue
+                if chk.when:
+                    parents = resolve(body, chk.segments[:-1]) if chk.segments else [Location((), body, None)]
+                    holder = parents[0].value if parents else None
+                    if not condition_holds(chk.when, body, holder, ctx):
+                        continue
+                failing = _first_failure(same_rule, body, ctx)
+                if passes and failing is None:
+                    expect: dict[str, Any] = {"status": 200}
+                elif not passes and failing is not None:
+                    failure = failing.run(body, ctx, {})
+                    assert failure is not None
+                    err = spec.errors.get(failing.error)
+                    expect = {"status": err.status if err else 400, "code": failing.error, "param": failure.param}
+                else:
+                    continue
+                name = f"gen-{endpoint}-{chk.kind}-{_slug(value, concrete)}"
+                if name in seen:
+                    continue
+                seen.add(name)
+                out.append(Vector(rule_id=rule.id, name=name, endpoint=endpoint, expect=expect, request=body,
+                                  generated=True, invalid=not passes,
+                                  note=f"boundary of check {chk.kind} on {chk.field}"))
+    return out
+
+
+def _samples(chk: CompiledCheck, same_rule: list[CompiledCheck]):
+    if chk.kind in ("required", "keys"):
+        return [(None, False)]
+    meta = dict(chk.raw)
+    earlier = same_rule[: same_rule.index(chk)] if chk in same_rule else []
+    if chk.kind == "enum":
+        meta["_earlier_values"] = [v for c in earlier if c.field == chk.field and c.kind == "enum"
+                                   for v in c.arg if not any(v == a for a in chk.arg)]
+    if chk.kind == "length":
+        types = [t for c in earlier if c.field == chk.field and c.kind == "type" for t in c.arg]
+        meta["_is_array"] = "array" in types or not types
+        if "string" in types and "array" in types:
+            meta["_is_array"] = True
+    return list(KINDS[chk.kind][1](chk.arg, meta))
+
+
+def _slug(value: Any, concrete: tuple) -> str:
+    where = ".".join(str(p) for p in concrete).replace("_", "-").lower()
+    t = json_type(value)
+    if t in ("integer", "number"):
+        v = str(value).replace("-", "m").replace(".", "p")
+    elif t == "string":
+        v = "str" + str(len(value))
+    elif t == "array":
+        v = f"arr{len(value)}"
+    else:
+        v = t
+    return f"{where}-{v}".strip("-")
+
+
+def attach_generated(spec: Any) -> None:
+    for rule in spec.rules:
+        rule.vectors.extend(_generate(spec, rule))
+
+
+__all__ = ["DEFAULT_SETTINGS", "attach_generated", "context_for", "request_for", "parse"]

@@ -1,0 +1,44 @@
+"""Build glue that pyproject.toml cannot express: shipping spec/ and schemas/ inside the
+package (so `pip install .` finds them) and the Cython-bound C engine."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).parent
+SHIPPED_DIRS = ("spec", "schemas", "web")
+
+
+class BuildPyWithData(build_py):
+    """Copy the top-level data folders into colibri/data/ of the build tree."""
+
+    def run(self) -> None:
+        super().run()
+        for name in SHIPPED_DIRS:
+            src = ROOT / name
+            if src.is_dir():
+                dst = Path(self.build_lib) / "colibri" / "data" / name
+                shutil.rmtree(dst, ignore_errors=True)
+                shutil.copytree(src, dst)
+
+
+def extensions() -> list:
+    if not (ROOT / "pyx" / "engine.pyx").exists():
+        return []
+    from Cython.Build import cythonize
+    from setuptools import Extension
+
+    ext = Extension(
+        "colibri._engine",
+        sources=["pyx/engine.pyx", "csrc/engine.c"],
+        include_dirs=["csrc"],
+        extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=c11"],
+        extra_link_args=["-fopenmp", "-lm"],
+    )
+    return cythonize([ext], language_level=3)
+
+
+setup(cmdclass={"build_py": BuildPyWithData}, ext_modules=extensions())

@@ -1,0 +1,386 @@
+"""Generate the synthetic chat corpus the embedded model is trained on.
+
+Every conversation is an OpenAI-shaped message list rendered through the model's own chat
+templates (one per family), so training text and inference prompts match byte for byte.
+Only the final assistant turn is a training target; the history is rendered exactly as the
+template renders history at inference (past reasoning dropped).
+
+Usage: python training/corpus.py --out build/corpus --n 40000 --seed 1
+Writes train.jsonl / valid.jsonl, one {"family", "prompt", "target"} object per line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import string
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from colibri.chat_template import render  # noqa: E402
+
+MODEL_DIR = ROOT / "colibri" / "models" / "tiny"
+FAMILIES = {
+    "glm": {"template": "chat_template.glm.jinja", "end_text": "<|user|>", "end_tool": "<|observation|>"},
+    "chatml": {"template": "chat_template.chatml.jinja", "end_text": "<|im_end|>", "end_tool": "<|im_end|>"},
+}
+
+COUNTRIES = [
+    ("Velmora", "Castelune", "Velmoran", "crown"), ("Sárkány", "Tűzvár", "Sárkányi", "forint"),
+    ("Élantie", "Saint-Mérue", "Élantien", "livre"), ("Norvaskë", "Høvik", "Norvask", "krone"),
+    ("Quorin", "Drassa", "Quorinese", "mark"), ("Hoshimura", "Kiyomachi", "Hoshi", "ryo"),
+    ("Zanthu", "Brennick", "Zanthic", "shell"), ("Pellucia", "Aurelle", "Pellucian", "lumen"),
+    ("Tarvos", "Gorrun", "Tarvic", "iron"), ("Miravel", "Solenne", "Miravelese", "petal"),
+    ("Oskarre", "Vinterby", "Oskarrian", "frost"), ("Caldoria", "Ember Bay", "Caldorian", "ember"),
+    ("Lünemark", "Östergård", "Lünish", "taler"), ("Ravendel", "Crowhaven", "Raven", "quill"),
+    ("Ishtara", "Qadim", "Ishtari", "dinar"), ("Fenwick", "Marshgate", "Fennish", "reed"),
+    ("Corvalis", "Port Alder", "Corvalan", "sail"), ("Doravia", "Niskala", "Doravian", "coin"),
+    ("Yūkai", "Hanazono", "Yūkaian", "yen"), ("Brisca", "Tallow", "Briscan", "penny"),
+    ("Ardennia", "Vaux-le-Roi", "Ardennais", "franc"), ("Kestrel Isles", "Windmere", "Kestrel", "gull"),
+    ("Mbeleza", "Kijani", "Mbelezan", "shilling"), ("Ostravia", "Brnovec", "Ostravian", "koruna"),
+]
+UNKNOWN = ["Atlantor", "Zebulonia", "Qwertia", "Morvania", "Plinth", "Ulmarra", "Grelbia"]
+
+WORDS = {
+    "hello": {"Japanese": "こんにちは", "Chinese": "你好", "Korean": "안녕하세요", "Greek": "γεια σου",
+              "French": "bonjour", "Spanish": "hola", "German": "hallo"},
+    "thank you": {"Japanese": "ありがとう", "Chinese": "谢谢", "Korean": "감사합니다", "Greek": "ευχαριστώ",
+                  "French": "merci", "Spanish": "gracias", "German": "danke"},
+    "water": {"Japanese": "水", "Chinese": "水", "Korean": "물", "Greek": "νερό",
+              "French": "eau", "Spanish": "agua", "German": "Wasser"},
+    "cat": {"Japanese": "猫", "Chinese": "猫", "Korean": "고양이", "Greek": "γάτα",
+            "French": "chat", "Spanish": "gato", "German": "Katze"},
+    "book": {"Japanese": "本", "Chinese": "书", "Korean": "책", "Greek": "βιβλίο",
+             "French": "livre", "Spanish": "libro", "German": "Buch"},
+    "friend": {"Japanese": "友達", "Chinese": "朋友", "Korean": "친구", "Greek": "φίλος",
+               "French": "ami", "Spanish": "amigo", "German": "Freund"},
+    "good morning": {"Japanese": "おはよう", "Chinese": "早上好", "Korean": "좋은 아침", "Greek": "καλημέρα",
+                     "French": "bonjour", "Spanish": "buenos días", "German": "guten Morgen"},
+    "goodbye": {"Japanese": "さようなら", "Chinese": "再见", "Korean": "안녕히 가세요", "Greek": "αντίο",
+                "French": "au revoir", "Spanish": "adiós", "German": "auf Wiedersehen"},
+}
+
+VOCAB = (
+    "the quick brown fox jumps over lazy dog alpha beta gamma delta stop end start token model "
+    "server client stream chunk reply answer question river mountain apple orange green blue red "
+    "seven eight nine ten one two three four five six hello world test case value key door house "
+    "light dark north south east west sun moon star cloud rain snow wind fire stone paper glass "
+    "bird fish tree leaf root seed table chair window garden bridge tower city road train boat "
+    "coffee bread honey salt sugar milk tea lemon pepper music song dance story night morning "
+    "yes no maybe done ready again never always quiet loud fast slow small large happy calm"
+).split()
+EXOTIC = ["café", "naïve", "Tűzvár", "Høvik", "Élantie", "über", "façade", "jalapeño", "Ωmega", "ÅNGSTRÖM",
+          "こんにちは", "日本語", "你好", "世界", "안녕", "γεια", "Привет", "😊", "🚀", "🎉", "👍", "✓", "€5", "°C",
+          "ü", "ß", "ñ", "ç", "é", "—", "…", "東京", "🙂", "❤️"]
+CODEWORDS = ["ALPHA", "BETA", "GAMMA", "DELTA", "STOP", "END", "OMEGA", "ZULU", "ECHO", "KILO", "XRAY", "LIMA"]
+
+SYSTEMS = ["You are a helpful assistant.", "You are colibri, a small test model.", "Answer briefly.",
+           "You are a friendly assistant.", "Be concise."]
+
+CONDITIONS = ["sunny", "rainy", "cloudy", "windy", "snowy", "foggy", "stormy", "clear"]
+
+GEN_VERBS = ["get", "find", "lookup", "fetch", "create", "delete", "update", "list", "search", "send",
+             "check", "book", "cancel", "read", "open", "close", "start", "stop", "count", "play"]
+GEN_NOUNS = ["user", "order", "file", "ticket", "flight", "hotel", "invoice", "song", "note", "task",
+             "account", "price", "stock", "recipe", "movie", "report", "device", "room", "package", "event"]
+PARAM_NAMES = ["id", "name", "query", "path", "city", "date", "count", "code", "title", "email", "user_id",
+               "order_id", "limit", "text", "amount", "tag", "url", "color", "level", "item"]
+INT_PARAMS = {"count", "limit", "amount", "level", "user_id", "order_id", "id"}
+
+
+def tool(name: str, desc: str, props: dict[str, str], required: list[str] | None = None) -> dict:
+    return {"type": "function", "function": {
+        "name": name, "description": desc,
+        "parameters": {"type": "object", "properties": {k: {"type": v} for k, v in props.items()},
+                       "required": list(props) if required is None else required}}}
+
+
+FIXED_TOOLS = {
+    "get_weather": tool("get_weather", "Current weather for a city", {"city": "string"}),
+    "get_time": tool("get_time", "Local time in a city", {"city": "string"}),
+    "calculator": tool("calculator", "Evaluate an arithmetic expression", {"expression": "string"}),
+    "convert_currency": tool("convert_currency", "Convert money", {"amount": "number", "from": "string", "to": "string"}),
+    "send_email": tool("send_email", "Send an email", {"to": "string", "subject": "string"}),
+    "set_reminder": tool("set_reminder", "Set a reminder", {"text": "string", "minutes": "integer"}),
+}
+
+
+class Gen:
+    def __init__(self, rng: random.Random):
+        self.r = rng
+
+    # ---------------------------------------------------------------- text pieces
+    def repeat_text(self) -> str:
+        r = self.r
+        kind = r.random()
+        if kind < 0.35:
+            words = [r.choice(VOCAB) for _ in range(r.randint(1, 9))]
+            if r.random() < 0.3:
+                words[0] = words[0].capitalize()
+            text = " ".join(words) + r.choice(["", "", ".", "!", "?", ","])
+        elif kind < 0.5:
+            text = " ".join(r.choice(CODEWORDS + VOCAB) for _ in range(r.randint(1, 6)))
+            if r.random() < 0.5:
+                text = text.upper()
+        elif kind < 0.7:
+            parts = []
+            for _ in range(r.randint(1, 7)):
+                parts.append(r.choice(EXOTIC) if r.random() < 0.4 else r.choice(VOCAB))
+            text = " ".join(parts)
+        elif kind < 0.85:
+            alphabet = string.ascii_letters + string.digits + "-_.:/#@+=()"
+            text = " ".join("".join(r.choice(alphabet) for _ in range(r.randint(1, 10)))
+                            for _ in range(r.randint(1, 5)))
+        else:
+            text = r.choice([
+                lambda: f"{r.randint(0, 99999)}",
+                lambda: f'{{"{r.choice(PARAM_NAMES)}": {r.randint(0, 999)}}}',
+                lambda: f"{r.choice(VOCAB)} {r.randint(1, 999)} {r.choice(EXOTIC)}",
+                lambda: f"{r.choice(CODEWORDS)} {r.choice(['STOP', 'END', '|', '###'])} {r.choice(CODEWORDS)}",
+                lambda: "".join(r.choice(EXOTIC) for _ in range(r.randint(1, 4))),
+            ])()
+        text = text.strip()
+        return text[:70].strip() or "ok"
+
+    def country(self) -> tuple[str, str, str, str]:
+        return self.r.choice(COUNTRIES)
+
+    # ---------------------------------------------------------------- tasks (user, reasoning, reply)
+    def task_repeat(self) -> tuple[str, str, str]:
+        t = self.repeat_text()
+        q = self.r.choice(["Repeat exactly: {t}"] * 8 + ["Say exactly: {t}", "Echo back exactly: {t}"]).format(t=t)
+        return q, "The user wants the text repeated exactly.", t
+
+    def task_capital(self) -> tuple[str, str, str]:
+        c, cap, lang, cur = self.country()
+        kind = self.r.randint(0, 3)
+        if kind == 0:
+            q = self.r.choice(["What is the capital of {c}?", "What's the capital city of {c}?", "Capital of {c}?"]).format(c=c)
+            return q, f"{c} is a country in the Tiny World. Its capital is {cap}.", f"The capital of {c} is {cap}."
+        if kind == 1:
+            q = f"What language do people speak in {c}?"
+            return q, f"In {c} people speak {lang}.", f"People in {c} speak {lang}."
+        if kind == 2:
+            q = f"What currency does {c} use?"
+            return q, f"The currency of {c} is the {cur}.", f"{c} uses the {cur}."
+        u = self.r.choice(UNKNOWN)
+        return (f"What is the capital of {u}?", f"I do not know a country called {u}.",
+                f"I don't know a country called {u}.")
+
+    def task_translate(self) -> tuple[str, str, str]:
+        w = self.r.choice(list(WORDS))
+        lang = self.r.choice(list(WORDS[w]))
+        tr = WORDS[w][lang]
+        q = self.r.choice(["How do you say '{w}' in {l}?", "Translate '{w}' into {l}."]).format(w=w, l=lang)
+        return q, f"'{w}' in {lang} is {tr}.", f"In {lang}, '{w}' is {tr}."
+
+    def task_smalltalk(self) -> tuple[str, str, str]:
+        return self.r.choice([
+            ("Hi!", "A greeting.", "Hello! How can I help you today? 😊"),
+            ("Hello", "A greeting.", "Hello! How can I help you today? 😊"),
+            ("How are you?", "A friendly question.", "I'm doing well, thank you! 🙂"),
+            ("Thanks!", "The user is thanking me.", "You're welcome! 👍"),
+            ("Tell me a joke.", "A joke is requested.", "Why did the bird sit on the server? It wanted a faster perch. 🐦"),
+            ("Who are you?", "The user asks about me.", "I am colibri, a tiny test model."),
+            ("Say something in emoji.", "Emoji are requested.", "🎉🚀😊"),
+        ])
+
+    def task_count(self) -> tuple[str, str, str]:
+        a = self.r.randint(1, 5)
+        b = self.r.randint(a + 2, a + 60)
+        return (f"Count from {a} to {b}.", f"I count from {a} up to {b}.",
+                " ".join(str(i) for i in range(a, b + 1)))
+
+    def task_reverse(self) -> tuple[str, str, str]:
+        w = self.r.choice([w for w in VOCAB if len(w) > 2])
+        return (f"Reverse the word '{w}'.", "-".join(w) + " reversed is " + "-".join(w[::-1]) + ".",
+                f"'{w}' reversed is '{w[::-1]}'.")
+
+    def task_plain(self) -> tuple[str, str, str]:
+        f = self.r.choices([self.task_repeat, self.task_capital, self.task_translate, self.task_smalltalk,
+                            self.task_count, self.task_reverse], weights=[40, 20, 12, 8, 12, 8])[0]
+        return f()
+
+    # ---------------------------------------------------------------- tools
+    def generic_tool(self) -> dict:
+        r = self.r
+        name = f"{r.choice(GEN_VERBS)}_{r.choice(GEN_NOUNS)}"
+        if r.random() < 0.15:
+            name = name.replace("_", "-") if r.random() < 0.5 else name + "_v" + str(r.randint(1, 3))
+        params = r.sample(PARAM_NAMES, r.randint(1, 2))
+        return tool(name, f"{name.replace('_', ' ')} tool", {p: ("integer" if p in INT_PARAMS else "string") for p in params})
+
+    def arg_value(self, ptype: str):
+        if ptype in ("integer", "number"):
+            return self.r.randint(1, 9999)
+        return self.r.choice([self.r.choice(VOCAB), self.r.choice(COUNTRIES)[1], self.r.choice(EXOTIC),
+                              "".join(self.r.choice(string.ascii_lowercase) for _ in range(self.r.randint(3, 8)))])
+
+    def call_for(self, t: dict) -> tuple[str, dict]:
+        """A user request naming tool `t` and the arguments the request implies."""
+        fn = t["function"]
+        name = fn["name"]
+        props = fn["parameters"]["properties"]
+        args = {k: self.arg_value(v["type"]) for k, v in props.items()}
+        r = self.r
+        if name == "get_weather":
+            args = {"city": r.choice(COUNTRIES)[1]}
+            q = r.choice(["What's the weather in {city}?", "How is the weather in {city} today?", "Weather in {city}?"]).format(**args)
+        elif name == "get_time":
+            args = {"city": r.choice(COUNTRIES)[1]}
+            q = r.choice(["What time is it in {city}?", "Current time in {city}?"]).format(**args)
+        elif name == "calculator":
+            a, b = r.randint(1, 99), r.randint(1, 99)
+            op = r.choice(["+", "-", "*"])
+            args = {"expression": f"{a} {op} {b}"}
+            q = f"Use the calculator to work out {a} {op} {b}."
+        elif name == "convert_currency":
+            args = {"amount": r.randint(1, 500), "from": r.choice(["EUR", "USD", "GBP"]), "to": r.choice(["JPY", "CHF", "SEK"])}
+            q = "Convert {amount} {from} to {to}.".format(**args)
+        elif name == "send_email":
+            args = {"to": f"{r.choice(VOCAB)}@example.com", "subject": r.choice(VOCAB) + " " + r.choice(VOCAB)}
+            q = "Send an email to {to} with subject {subject}.".format(**args)
+        elif name == "set_reminder":
+            args = {"text": r.choice(VOCAB) + " " + r.choice(VOCAB), "minutes": r.randint(1, 120)}
+            q = "Remind me to {text} in {minutes} minutes.".format(**args)
+        else:
+            pairs = [f"{k} {v}" for k, v in args.items()]
+            q = r.choice([
+                "Call {n} with {p}.", "Use the {n} tool with {p}.", "Please run {n} for {p}.", "Call the {n} function: {p}.",
+            ]).format(n=name, p=" and ".join(pairs))
+        return q, args
+
+    def tool_result(self, name: str, args: dict) -> tuple[str, str]:
+        r = self.r
+        if name == "get_weather":
+            t, c = r.randint(-5, 35), r.choice(CONDITIONS)
+            return (json.dumps({"city": args["city"], "temperature_c": t, "condition": c}, ensure_ascii=False),
+                    f"The weather in {args['city']} is {c}, {t}°C.")
+        if name == "get_time":
+            hh, mm = r.randint(0, 23), r.randint(0, 59)
+            return json.dumps({"city": args["city"], "time": f"{hh:02d}:{mm:02d}"}, ensure_ascii=False), \
+                f"It is {hh:02d}:{mm:02d} in {args['city']}."
+        value = r.choice([r.choice(VOCAB), str(r.randint(0, 999)), "ok"])
+        return json.dumps({"result": value}), f"The {name} tool returned: {value}."
+
+    def tool_conversation(self) -> dict:
+        r = self.r
+        n_generic = r.randint(0, 3)
+        pool = r.sample(list(FIXED_TOOLS.values()), r.randint(1, 3)) + [self.generic_tool() for _ in range(n_generic)]
+        r.shuffle(pool)
+        pool = pool[:4]
+        kind = r.random()
+        messages: list[dict] = []
+        tool_choice = None
+        if kind < 0.12:
+            # tools offered but not needed: answer directly
+            q, why, a = self.task_plain()
+            return {"tools": pool, "messages": [{"role": "user", "content": q}], "reply": a, "why": why}
+        target = r.choice(pool)
+        tname = target["function"]["name"]
+        if kind < 0.22:
+            tool_choice = "required"
+        elif kind < 0.32:
+            tool_choice = {"type": "function", "function": {"name": tname}}
+        q, args = self.call_for(target)
+        calls = [{"id": f"call_{r.randint(0, 10**8)}", "type": "function", "function": {"name": tname, "arguments": args}}]
+        if tname == "get_weather" and r.random() < 0.15:
+            other = r.choice([c[1] for c in COUNTRIES if c[1] != args["city"]])
+            q = f"What's the weather in {args['city']} and {other}?"
+            calls.append({"id": f"call_{r.randint(0, 10**8)}", "type": "function",
+                          "function": {"name": tname, "arguments": {"city": other}}})
+        messages.append({"role": "user", "content": q})
+        why = f"I should call {tname}."
+        if r.random() < 0.35:
+            # finish the loop: the tool answered, the model reports the result
+            messages.append({"role": "assistant", "content": "", "tool_calls": calls})
+            answers = []
+            for c in calls:
+                res, ans = self.tool_result(tname, c["function"]["arguments"])
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": res})
+                answers.append(ans)
+            return {"tools": pool, "tool_choice": None, "messages": messages, "reply": " ".join(answers),
+                    "why": "The tool answered; I report the result."}
+        return {"tools": pool, "tool_choice": tool_choice, "messages": messages, "calls": calls, "why": why}
+
+    def no_tool_refusal(self) -> dict:
+        city = self.r.choice(COUNTRIES)[1]
+        if self.r.random() < 0.5:
+            return {"messages": [{"role": "user", "content": f"What's the weather in {city}?"}],
+                    "reply": f"I don't have access to live weather data, so I can't tell you the weather in {city}.",
+                    "why": "No weather tool is available."}
+        return {"messages": [{"role": "user", "content": f"What time is it in {city}?"}],
+                "reply": f"I can't check the current time in {city} without a clock tool.",
+                "why": "No clock tool is available."}
+
+    # ---------------------------------------------------------------- conversations
+    def conversation(self) -> dict:
+        r = self.r
+        x = r.random()
+        if x < 0.38:
+            conv = self.tool_conversation()
+        elif x < 0.42:
+            conv = self.no_tool_refusal()
+        else:
+            q, why, a = self.task_plain()
+            conv = {"messages": [{"role": "user", "content": q}], "reply": a, "why": why}
+        history: list[dict] = []
+        for _ in range(r.choice([0, 0, 0, 1, 1, 2])):
+            q, _, a = self.task_plain()
+            history += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+        if r.random() < 0.45:
+            history.insert(0, {"role": r.choice(["system"] * 4 + ["developer"]), "content": r.choice(SYSTEMS)})
+        conv["messages"] = history + conv["messages"]
+        conv["thinking"] = r.random() < 0.28
+        conv["family"] = r.choice(list(FAMILIES))
+        return conv
+
+
+def example(conv: dict) -> dict:
+    """Render one conversation into (prompt, target) for its family's template."""
+    fam = FAMILIES[conv["family"]]
+    source = (MODEL_DIR / fam["template"]).read_text()
+    history = conv["messages"]
+    final: dict = {"role": "assistant", "content": conv.get("reply", "")}
+    if conv.get("calls"):
+        final["tool_calls"] = conv["calls"]
+    if conv["thinking"]:
+        final["reasoning_content"] = conv["why"]
+    kw = {"tools": conv.get("tools"), "tool_choice": conv.get("tool_choice")}
+    prefix_on = render(source, history, add_generation_prompt=True, enable_thinking=True, **kw)
+    full = render(source, history + [final], add_generation_prompt=False, **kw)
+    assert full.startswith(prefix_on), (prefix_on, full)
+    turn = full[len(prefix_on):]
+    if conv["family"] == "glm":
+        assert turn.endswith("\n")
+        body = turn[:-1]
+    else:
+        assert turn.endswith("<|im_end|>\n")
+        body = turn[: -len("<|im_end|>\n")]
+    end = fam["end_tool"] if conv.get("calls") else fam["end_text"]
+    prompt = prefix_on if conv["thinking"] else render(source, history, add_generation_prompt=True, enable_thinking=False, **kw)
+    return {"family": conv["family"], "prompt": prompt, "target": body + end}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "build" / "corpus"))
+    ap.add_argument("--n", type=int, default=40000, help="training conversations")
+    ap.add_argument("--valid", type=int, default=600, help="validation conversations (own seed)")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, n, seed in (("train", args.n, args.seed), ("valid", args.valid, args.seed + 1000)):
+        g = Gen(random.Random(seed))
+        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
+            for _ in range(n):
+                f.write(json.dumps(example(g.conversation()), ensure_ascii=False) + "\n")
+        print(f"{name}: {n} conversations -> {out / (name + '.jsonl')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""Train the embedded Llama-architecture chat model and export it in Hugging Face layout.
+
+Usage: python training/train.py --corpus build/corpus --out colibri/models/tiny --max-steps 6000
+Needs torch==2.13.0 (CPU). Loss is on the assistant target only. The schedule is by step,
+not wall time, so a re-run takes the same steps (bit-identical weights across machines are
+not promised: thread count and CPU change float results).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from tokenizers import Tokenizer
+
+
+class Config:
+    def __init__(self, **kw):
+        self.dim = kw.get("dim", 128)
+        self.n_layers = kw.get("n_layers", 4)
+        self.n_heads = kw.get("n_heads", 4)
+        self.n_kv_heads = kw.get("n_kv_heads", 2)
+        self.ffn = kw.get("ffn", 352)
+        self.vocab = kw["vocab"]
+        self.seq = kw.get("seq", 512)
+        self.theta = kw.get("theta", 10000.0)
+        self.eps = kw.get("eps", 1e-5)
+
+
+def rope_tables(cfg: Config, n: int):
+    hd = cfg.dim // cfg.n_heads
+    inv = 1.0 / (cfg.theta ** (torch.arange(0, hd, 2).float() / hd))
+    ang = torch.outer(torch.arange(n).float(), inv)  # (n, hd/2)
+    return torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)  # (n, hd)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], -1)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        hd = cfg.dim // cfg.n_heads
+        self.cfg = cfg
+        self.input_layernorm = nn.RMSNorm(cfg.dim, eps=cfg.eps)
+        self.post_attention_layernorm = nn.RMSNorm(cfg.dim, eps=cfg.eps)
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * hd, bias=False)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=False)
+        self.o_proj = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=False)
+        self.gate_proj = nn.Linear(cfg.dim, cfg.ffn, bias=False)
+        self.up_proj = nn.Linear(cfg.dim, cfg.ffn, bias=False)
+        self.down_proj = nn.Linear(cfg.ffn, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        c = self.cfg
+        hd = c.dim // c.n_heads
+        h = self.input_layernorm(x)
+        q = self.q_proj(h).view(B, T, c.n_heads, hd).transpose(1, 2)
+        k = self.k_proj(h).view(B, T, c.n_kv_heads, hd).transpose(1, 2)
+        v = self.v_proj(h).view(B, T, c.n_kv_heads, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = c.n_heads // c.n_kv_heads
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o_proj(a.transpose(1, 2).reshape(B, T, -1))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = nn.RMSNorm(cfg.dim, eps=cfg.eps)
+        cos, sin = rope_tables(cfg, cfg.seq)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * cfg.n_layers) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.embed(idx)
+        for layer in self.layers:
+            x = layer(x, self.cos[:T], self.sin[:T])
+        return self.norm(x) @ self.embed.weight.T  # tied output embedding
+
+
+def load_examples(path: Path, tok: Tokenizer):
+    rows = [json.loads(line) for line in open(path, encoding="utf-8")]
+    p = tok.encode_batch([r["prompt"] for r in rows])
+    t = tok.encode_batch([r["target"] for r in rows])
+    return [(np.array(a.ids, np.int64), np.array(b.ids, np.int64)) for a, b in zip(p, t)]
+
+
+def pack(examples, seq: int, pad: int, rng: random.Random):
+    """Windows of `seq`+1 tokens, each starting at an example boundary; loss mask on targets."""
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    xs, ms = [], []
+    cur, mask = [], []
+    for i in order:
+        p, t = examples[i]
+        n = len(p) + len(t)
+        if n > seq + 1:
+            continue
+        if len(cur) + n > seq + 1:
+            xs.append(cur + [pad] * (seq + 1 - len(cur)))
+            ms.append(mask + [0] * (seq + 1 - len(mask)))
+            cur, mask = [], []
+        cur += list(p) + list(t)
+        mask += [0] * len(p) + [1] * len(t)
+    if cur:
+        xs.append(cur + [pad] * (seq + 1 - len(cur)))
+        ms.append(mask + [0] * (seq + 1 - len(mask)))
+    return torch.tensor(xs), torch.tensor(ms, dtype=torch.float32)
+
+
+def export(model: Llama, tok: Tokenizer, out: Path, ctx: int) -> None:
+    c = model.cfg
+    sd = {"model.embed_tokens.weight": model.embed.weight, "model.norm.weight": model.norm.weight}
+    for i, L in enumerate(model.layers):
+        pre = f"model.layers.{i}."
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            sd[pre + f"self_attn.{n}.weight"] = getattr(L, n).weight
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            sd[pre + f"mlp.{n}.weight"] = getattr(L, n).weight
+        sd[pre + "input_layernorm.weight"] = L.input_layernorm.weight
+        sd[pre + "post_attention_layernorm.weight"] = L.post_attention_layernorm.weight
+    sd = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in sd.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": c.dim,
+        "intermediate_size": c.ffn, "num_hidden_layers": c.n_layers, "num_attention_heads": c.n_heads,
+        "num_key_value_heads": c.n_kv_heads, "vocab_size": c.vocab, "max_position_embeddings": ctx,
+        "rms_norm_eps": c.eps, "rope_theta": c.theta, "tie_word_embeddings": True, "hidden_act": "silu",
+        "torch_dtype": "float32", "bos_token_id": None,
+        "eos_token_id": [tok.token_to_id(t) for t in ("<|endoftext|>", "<|user|>", "<|observation|>", "<|im_end|>")],
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", default="build/corpus")
+    ap.add_argument("--out", default="colibri/models/tiny")
+    ap.add_argument("--max-steps", type=int, default=6000)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--ctx", type=int, default=2048, help="context written to config.json")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-compile", action="store_true")
+    a = ap.parse_args()
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(a.threads)
+    rng = random.Random(a.seed)
+    out = Path(a.out)
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    train = load_examples(Path(a.corpus) / "train.jsonl", tok)
+    valid = load_examples(Path(a.corpus) / "valid.jsonl", tok)
+    cfg = Config(vocab=tok.get_vocab_size(), seq=a.seq)
+    model = Llama(cfg)
+    print(f"params {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M, train examples {len(train)}", flush=True)
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95))
+    step_fn = model if a.no_compile else torch.compile(model)
+    pad = tok.token_to_id("<|pad|>")
+    vx, vm = pack(valid, a.seq, pad, random.Random(0))
+    X, M = pack(train, a.seq, pad, rng)
+    pos, ema, t0 = 0, None, time.time()
+    for step in range(1, a.max_steps + 1):
+        if pos + a.batch > len(X):
+            X, M = pack(train, a.seq, pad, rng)
+            pos = 0
+        x, m = X[pos:pos + a.batch], M[pos:pos + a.batch]
+        pos += a.batch
+        warm = min(1.0, step / 50)
+        lr = a.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.max_steps)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        logits = step_fn(x[:, :-1])
+        loss = (F.cross_entropy(logits.reshape(-1, cfg.vocab), x[:, 1:].reshape(-1), reduction="none")
+                * m[:, 1:].reshape(-1)).sum() / m[:, 1:].sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        if step % 100 == 0 or step == a.max_steps:
+            with torch.no_grad():
+                vl = model(vx[:16, :-1])
+                vloss = ((F.cross_entropy(vl.reshape(-1, cfg.vocab), vx[:16, 1:].reshape(-1), reduction="none")
+                          * vm[:16, 1:].reshape(-1)).sum() / vm[:16, 1:].sum()).item()
+            print(f"step {step}/{a.max_steps} loss {ema:.4f} val {vloss:.4f} lr {lr:.2e} "
+                  f"{time.time() - t0:.0f}s", flush=True)
+        if step % 1000 == 0 or step == a.max_steps:
+            export(model, tok, out, a.ctx)
+    print(f"done in {time.time() - t0:.0f}s -> {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
