@@ -37,6 +37,7 @@ def render(
     add_generation_prompt: bool = True,
     enable_thinking: bool = False,
     tool_choice: Any = None,
+    preserve_thinking: bool = False,
 ) -> str:
     """Render `messages` (OpenAI shape, tool-call arguments already parsed to objects)."""
     return str(
@@ -46,5 +47,6 @@ def render(
             add_generation_prompt=add_generation_prompt,
             enable_thinking=enable_thinking,
             tool_choice=tool_choice,
+            preserve_thinking=preserve_thinking,
         )
     )

@@ -6,7 +6,7 @@ Only the final assistant turn is a training target; the history is rendered exac
 template renders history at inference (past reasoning dropped).
 
 Usage: python training/corpus.py --out build/corpus --n 40000 --seed 1
-Writes train.jsonl / valid.jsonl, one {"family", "prompt", "target"} object per line.
+Writes train.jsonl / valid.jsonl, one {"family", "segments": [[text, trainable], ...]} object per line.
 """
 from __future__ import annotations
 
@@ -340,29 +340,52 @@ class Gen:
 
 
 def example(conv: dict) -> dict:
-    """Render one conversation into (prompt, target) for its family's template."""
+    """Render one conversation into segments [text, trainable] for its family's template.
+
+    Every assistant turn is a target: its body plus the token that ends it (the next role
+    marker for glm, <|im_end|> for chatml). Everything else is context. Each target starts
+    exactly where the template's generation prompt for that turn ends, so training text and
+    inference prompts tokenize the same way.
+    """
     fam = FAMILIES[conv["family"]]
     source = (MODEL_DIR / fam["template"]).read_text()
-    history = conv["messages"]
     final: dict = {"role": "assistant", "content": conv.get("reply", "")}
     if conv.get("calls"):
         final["tool_calls"] = conv["calls"]
     if conv["thinking"]:
         final["reasoning_content"] = conv["why"]
+    msgs = conv["messages"] + [final]
     kw = {"tools": conv.get("tools"), "tool_choice": conv.get("tool_choice")}
-    prefix_on = render(source, history, add_generation_prompt=True, enable_thinking=True, **kw)
-    full = render(source, history + [final], add_generation_prompt=False, **kw)
-    assert full.startswith(prefix_on), (prefix_on, full)
-    turn = full[len(prefix_on):]
-    if conv["family"] == "glm":
-        assert turn.endswith("\n")
-        body = turn[:-1]
+    full = render(source, msgs, add_generation_prompt=False, preserve_thinking=True, **kw)
+    glm = conv["family"] == "glm"
+    end_marker = (fam["end_tool"] if conv.get("calls") else fam["end_text"])
+    if glm:
+        full += end_marker
     else:
-        assert turn.endswith("<|im_end|>\n")
-        body = turn[: -len("<|im_end|>\n")]
-    end = fam["end_tool"] if conv.get("calls") else fam["end_text"]
-    prompt = prefix_on if conv["thinking"] else render(source, history, add_generation_prompt=True, enable_thinking=False, **kw)
-    return {"family": conv["family"], "prompt": prompt, "target": body + end}
+        assert full.endswith("<|im_end|>\n")
+        full = full[:-1]
+    spans = []
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        last = i == len(msgs) - 1
+        prompt = render(source, msgs[:i], add_generation_prompt=True,
+                        enable_thinking=conv["thinking"] if last else False, **kw)
+        assert full.startswith(prompt), (prompt, full)
+        if last:
+            stop = len(full)
+        elif glm:
+            stop = len(render(source, msgs[: i + 1], add_generation_prompt=False, **kw))
+            nxt = next(k for k in ("<|user|>", "<|observation|>", "<|system|>") if full.startswith(k, stop))
+            stop += len(nxt)
+        else:
+            stop = len(render(source, msgs[: i + 1], add_generation_prompt=False, **kw)) - 1
+        spans.append((len(prompt), stop))
+    segments, pos = [], 0
+    for a, b in spans:
+        segments += [[full[pos:a], 0], [full[a:b], 1]]
+        pos = b
+    return {"family": conv["family"], "segments": [s for s in segments if s[0]]}
 
 
 def main() -> None:

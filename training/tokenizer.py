@@ -21,7 +21,7 @@ TAGS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</ar
 def texts(corpus: Path):
     for line in open(corpus / "train.jsonl", encoding="utf-8"):
         d = json.loads(line)
-        t = d["prompt"] + d["target"]
+        t = "".join(s for s, _ in d["segments"])
         for m in SPECIAL + TAGS:
             t = t.replace(m, "\n")
         yield t

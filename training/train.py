@@ -105,29 +105,35 @@ class Llama(nn.Module):
 
 
 def load_examples(path: Path, tok: Tokenizer):
-    rows = [json.loads(line) for line in open(path, encoding="utf-8")]
-    p = tok.encode_batch([r["prompt"] for r in rows])
-    t = tok.encode_batch([r["target"] for r in rows])
-    return [(np.array(a.ids, np.int64), np.array(b.ids, np.int64)) for a, b in zip(p, t)]
+    """Token ids and loss masks per conversation; each segment is tokenized on its own, as the
+    server tokenizes a prompt that ends where a target starts."""
+    out = []
+    for line in open(path, encoding="utf-8"):
+        segs = json.loads(line)["segments"]
+        enc = tok.encode_batch([s for s, _ in segs])
+        ids = np.concatenate([np.array(e.ids, np.int64) for e in enc])
+        mask = np.concatenate([np.full(len(e.ids), f, np.int64) for e, (_, f) in zip(enc, segs)])
+        out.append((ids, mask))
+    return out
 
 
 def pack(examples, seq: int, pad: int, rng: random.Random):
-    """Windows of `seq`+1 tokens, each starting at an example boundary; loss mask on targets."""
+    """Windows of `seq`+1 tokens, each starting at a conversation boundary, with loss masks."""
     order = list(range(len(examples)))
     rng.shuffle(order)
     xs, ms = [], []
-    cur, mask = [], []
+    cur: list[int] = []
+    mask: list[int] = []
     for i in order:
-        p, t = examples[i]
-        n = len(p) + len(t)
-        if n > seq + 1:
+        ids, m = examples[i]
+        if len(ids) > seq + 1:
             continue
-        if len(cur) + n > seq + 1:
+        if len(cur) + len(ids) > seq + 1:
             xs.append(cur + [pad] * (seq + 1 - len(cur)))
             ms.append(mask + [0] * (seq + 1 - len(mask)))
             cur, mask = [], []
-        cur += list(p) + list(t)
-        mask += [0] * len(p) + [1] * len(t)
+        cur += ids.tolist()
+        mask += m.tolist()
     if cur:
         xs.append(cur + [pad] * (seq + 1 - len(cur)))
         ms.append(mask + [0] * (seq + 1 - len(mask)))

@@ -80,8 +80,8 @@ class Spec:
         return [v for r in self.rules for v in r.vectors]
 
 
-def _meta_schema() -> dict[str, Any]:
-    return json.loads((data_dir("schemas") / "spec.schema.json").read_text())
+def _meta_schema(path: Path | None = None) -> dict[str, Any]:
+    return json.loads((path or data_dir("schemas") / "spec.schema.json").read_text())
 
 
 def _line_for_error(err: jsonschema.ValidationError, data: Any, lines: LineMap) -> int | None:
@@ -95,11 +95,11 @@ def _line_for_error(err: jsonschema.ValidationError, data: Any, lines: LineMap) 
     return best
 
 
-def read_files(root: Path) -> tuple[dict[str, tuple[Any, LineMap]], list[Problem]]:
+def read_files(root: Path, meta_schema: Path | None = None) -> tuple[dict[str, tuple[Any, LineMap]], list[Problem]]:
     """Parse and meta-validate every spec file; return the parsed documents and problems."""
     problems: list[Problem] = []
     docs: dict[str, tuple[Any, LineMap]] = {}
-    validator = jsonschema.Draft202012Validator(_meta_schema())
+    validator = jsonschema.Draft202012Validator(_meta_schema(meta_schema))
     files = sorted(root.glob("*.yaml"))
     if not files:
         problems.append(Problem(str(root), None, "no spec files (*.yaml) found"))
@@ -162,7 +162,9 @@ def build(root: Path, docs: dict[str, tuple[Any, LineMap]], problems: list[Probl
                 except SpecError as e:
                     problems.append(Problem(rel, lines.line(c), str(e)))
             for v in raw.get("vectors", []):
-                rule.vectors.append(_vector(rule, v))
+                vec = _vector(rule, v)
+                vec.line = lines.line(v)
+                rule.vectors.append(vec)
             rules.append(rule)
         spec.topics.append(Topic(data.get("topic", Path(rel).stem), data.get("title", rel),
                                  data.get("description", ""), rel, rules))
@@ -179,7 +181,7 @@ def _vector(rule: Rule, v: dict[str, Any]) -> Vector:
     return Vector(rule_id=rule.id, name=v["name"], endpoint=endpoint, expect=v["expect"], request=v.get("request"),
                   method=v.get("method", "POST"), path=v.get("path", ""), headers=v.get("headers", {}),
                   raw_body=raw_body, server=v.get("server", {}), invalid=v.get("invalid", False),
-                  note=v.get("note", ""))
+                  note=v.get("note", ""), replace=v.get("replace_request", False))
 
 
 def load_spec(root: Path | str | None = None, *, strict: bool = True) -> Spec:

@@ -56,6 +56,8 @@ class Vector:
     invalid: bool = False
     generated: bool = False
     note: str = ""
+    line: int | None = None
+    replace: bool = False
 
     @property
     def id(self) -> str:

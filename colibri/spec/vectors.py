@@ -10,6 +10,12 @@ from .checks import KINDS, CompiledCheck, Context, condition_holds
 from .model import Vector, deep_merge
 from .paths import Location, delete_path, json_type, parse, resolve, set_path
 
+#: Server settings a vector may ask for in its `server` block.
+SERVER_KEYS = frozenset({
+    "family", "api_key", "max_queue", "queue_timeout", "busy", "busy_slots", "kv_slots", "allowed_hosts",
+    "continue_assistant", "keepalive_seconds", "engine_delay", "fault", "model_id",
+})
+
 #: Settings every vector assumes unless its `server` block says otherwise.
 DEFAULT_SETTINGS: dict[str, Any] = {
     "model_id": "colibri-tiny", "kv_slots": 4, "continue_assistant": True, "family": "glm",
@@ -26,8 +32,8 @@ def request_for(spec: Any, vector: Vector) -> dict[str, Any] | None:
         return None
     if vector.request is None:
         return copy.deepcopy(base)
-    if vector.raw_body is None and (vector.request or {}).get("$replace") is True:
-        return {k: v for k, v in vector.request.items() if k != "$replace"}
+    if vector.replace:
+        return copy.deepcopy(vector.request)
     return deep_merge(base, vector.request)
 
 
@@ -87,7 +93,7 @@ def _generate(spec: Any, rule: Any) -> list[Vector]:
                     continue
                 seen.add(name)
                 out.append(Vector(rule_id=rule.id, name=name, endpoint=endpoint, expect=expect, request=body,
-                                  generated=True, invalid=not passes,
+                                  generated=True, invalid=not passes, replace=True,
                                   note=f"boundary of check {chk.kind} on {chk.field}"))
     return out
 
@@ -122,9 +128,22 @@ def _slug(value: Any, concrete: tuple) -> str:
     return f"{where}-{v}".strip("-")
 
 
-def attach_generated(spec: Any) -> None:
+def attach_generated(spec: Any, schemas_root: Any = None) -> None:
+    """Add the generated boundary vectors; each is marked invalid exactly when its body breaks
+    the endpoint's request schema."""
+    from ..schemas import all_schemas, validator
+
+    available = all_schemas(schemas_root)
+    validators: dict[str, Any] = {}
     for rule in spec.rules:
-        rule.vectors.extend(_generate(spec, rule))
+        for v in _generate(spec, rule):
+            ep = spec.endpoints.get(v.endpoint)
+            if ep and ep.schema and ep.schema in available:
+                if ep.schema not in validators:
+                    validators[ep.schema] = validator(ep.schema, schemas_root)
+                val = validators[ep.schema]
+                v.invalid = not val.is_valid(v.request)
+            rule.vectors.append(v)
 
 
-__all__ = ["DEFAULT_SETTINGS", "attach_generated", "context_for", "request_for", "parse"]
+__all__ = ["DEFAULT_SETTINGS", "SERVER_KEYS", "attach_generated", "context_for", "request_for", "parse"]

@@ -1,0 +1,128 @@
+"""The `colibri` command: `colibri spec lint|docs|diff|openapi` and `colibri serve`."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from .paths import data_dir
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _spec_root(args: argparse.Namespace) -> Path:
+    return Path(args.spec) if args.spec else data_dir("spec")
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from .spec.lint import lint
+
+    spec, problems = lint(_spec_root(args))
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} problem(s) in {_spec_root(args)}", file=sys.stderr)
+        return EXIT_FAIL
+    assert spec is not None
+    n_gen = sum(v.generated for v in spec.vectors())
+    print(f"ok: {len(spec.rules)} rules in {len(spec.topics)} topics, {len(spec.vectors())} vectors "
+          f"({n_gen} generated), {len(spec.compiled)} checks, {len(spec.errors)} error codes, "
+          f"{len(spec.families)} families")
+    return EXIT_OK
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from .spec import load_spec
+    from .spec.docs import render_docs
+
+    out = Path(args.out)
+    written = render_docs(load_spec(_spec_root(args)), out)
+    print(f"wrote {len(written)} pages to {out}/ (start at {out / 'index.md'})")
+    return EXIT_OK
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .spec import load_spec
+    from .spec.diff import diff_against
+
+    repo = Path(args.repo) if args.repo else None
+    if repo is None:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+        if top.returncode != 0:
+            print("colibri spec diff: not inside a git checkout; pass --repo", file=sys.stderr)
+            return EXIT_USAGE
+        repo = Path(top.stdout.strip())
+    new_root = Path(args.spec) if args.spec else repo / "spec"
+    try:
+        changes = diff_against(args.rev, load_spec(new_root), repo, new_root.parent / "schemas")
+    except RuntimeError as e:
+        print(f"colibri spec diff: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps([c.__dict__ for c in changes], indent=2))
+    else:
+        for c in changes:
+            print(c)
+    breaking = [c for c in changes if c.kind == "BREAKING"]
+    print(f"{len(changes)} change(s) since {args.rev}, {len(breaking)} breaking", file=sys.stderr)
+    if breaking and not args.allow_breaking:
+        print("breaking spec changes: pass --allow-breaking (CI: a 'Spec-Breaking: <why>' commit trailer)",
+              file=sys.stderr)
+        return EXIT_FAIL
+    return EXIT_OK
+
+
+def cmd_openapi(args: argparse.Namespace) -> int:
+    from .schemas import openapi
+    from .spec import load_spec
+
+    doc = json.dumps(openapi(load_spec(_spec_root(args))), indent=2, ensure_ascii=False) + "\n"
+    if args.out:
+        Path(args.out).write_text(doc)
+    else:
+        sys.stdout.write(doc)
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    print("colibri serve: the reference server is not built yet (see the open issues); "
+          "`colibri spec lint` and `colibri spec docs` work today.", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="colibri", description="Spec-driven conformance for OpenAI- and "
+                                "Anthropic-compatible LLM APIs, and a reference server.")
+    sub = p.add_subparsers(dest="command", required=True)
+    spec = sub.add_parser("spec", help="work with the rule tables in spec/")
+    ssub = spec.add_subparsers(dest="spec_command", required=True)
+    for name, fn, helptext in (("lint", cmd_lint, "validate spec/: meta-schema, ids, references, vectors"),
+                               ("docs", cmd_docs, "render spec/ as Markdown pages"),
+                               ("diff", cmd_diff, "compare spec/ with a git revision; exit 1 on breaking changes"),
+                               ("openapi", cmd_openapi, "print the OpenAPI 3.1 document built from schemas/")):
+        sp = ssub.add_parser(name, help=helptext, description=helptext)
+        sp.add_argument("--spec", help="spec folder (default: the checkout's or the installed one)")
+        sp.set_defaults(func=fn)
+        if name == "docs":
+            sp.add_argument("out", nargs="?", default="build/spec-docs", help="output folder (default build/spec-docs)")
+        if name == "diff":
+            sp.add_argument("rev", help="git revision to compare against, e.g. HEAD~1 or main")
+            sp.add_argument("--repo", help="git checkout holding spec/ (default: the current one)")
+            sp.add_argument("--allow-breaking", action="store_true", help="exit 0 even with breaking changes")
+            sp.add_argument("--json", action="store_true", help="print the changes as JSON")
+        if name == "openapi":
+            sp.add_argument("--out", help="write to this file instead of stdout")
+    serve = sub.add_parser("serve", help="run the reference server (embedded model by default)")
+    serve.set_defaults(func=cmd_serve)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
