@@ -6,7 +6,7 @@ would give the model a different prompt from the one it was trained on.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -16,7 +16,7 @@ def _tojson(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True)
     env.filters["tojson"] = _tojson

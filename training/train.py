@@ -112,7 +112,7 @@ def load_examples(path: Path, tok: Tokenizer):
         segs = json.loads(line)["segments"]
         enc = tok.encode_batch([s for s, _ in segs])
         ids = np.concatenate([np.array(e.ids, np.int64) for e in enc])
-        mask = np.concatenate([np.full(len(e.ids), f, np.int64) for e, (_, f) in zip(enc, segs)])
+        mask = np.concatenate([np.full(len(e.ids), f, np.int64) for e, (_, f) in zip(enc, segs, strict=False)])
         out.append((ids, mask))
     return out
 

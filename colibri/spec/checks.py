@@ -8,7 +8,8 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any
 
 from .paths import MISSING, Location, get, has_type, json_type, parse, resolve, same, text_of, truthy
@@ -40,11 +41,17 @@ class Failure:
     value: Any = None
 
 
+def has_capability(family: dict[str, Any], name: str) -> bool:
+    """A family capability is on when its value is truthy and not the word "none"."""
+    v = family.get(name)
+    return bool(v) and v != "none"
+
+
 def is_continuation(body: Any, ctx: Context) -> bool:
     msgs = body.get("messages") if isinstance(body, dict) else None
     return (isinstance(msgs, list) and bool(msgs) and isinstance(msgs[-1], dict)
             and msgs[-1].get("role") == "assistant" and bool(ctx.setting("continue_assistant"))
-            and bool(ctx.family.get("continuation")))
+            and has_capability(ctx.family, "continuation"))
 
 
 def condition_holds(cond: dict[str, Any], body: Any, parent: Any, ctx: Context) -> bool:
@@ -68,7 +75,7 @@ def condition_holds(cond: dict[str, Any], body: Any, parent: Any, ctx: Context) 
     if "type_is" in cond and (value is MISSING or json_type(value) != cond["type_is"]
                               and not (cond["type_is"] == "number" and json_type(value) == "integer")):
         return False
-    if "capability" in cond and bool(ctx.family.get(cond["capability"])) != cond.get("is", True):
+    if "capability" in cond and has_capability(ctx.family, cond["capability"]) != cond.get("is", True):
         return False
     if "server" in cond and not ctx.setting(cond["server"]):
         return False
@@ -94,7 +101,7 @@ def _type_ok(arg, v, loc, body, ctx):
 
 
 def _type_samples(arg, chk):
-    for t, v in _WRONG_TYPE:
+    for _t, v in _WRONG_TYPE:
         if not has_type(v, arg):
             yield v, False
             return
@@ -210,7 +217,7 @@ def _pattern_ok(arg, v, loc, body, ctx):
 
 
 def _capability_ok(arg, v, loc, body, ctx):
-    return not truthy(v) or bool(ctx.family.get(arg))
+    return not truthy(v) or has_capability(ctx.family, arg)
 
 
 def _keys_ok(arg, v, loc, body, ctx):
@@ -269,7 +276,7 @@ class CompiledCheck:
     null: str = "absent"
     when: dict[str, Any] | None = None
     message: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = dc_field(default_factory=dict)
 
     def applies_to(self, endpoint: str) -> bool:
         return endpoint in self.endpoints
@@ -305,6 +312,9 @@ class CompiledCheck:
             if loc.value is None and self.null == "refuse" and self.kind == "type":
                 return self._fail(loc.path, None, messages)
             if not self.predicate(loc.value, loc, body, ctx):
+                if self.kind == "keys":  # report the offending key itself, as OpenAI does
+                    extra = next(k for k in loc.value if k not in self.arg)
+                    return self._fail(loc.path + (extra,), extra, messages)
                 return self._fail(loc.path, loc.value, messages)
         return None
 

@@ -98,17 +98,17 @@ def diff_specs(old: Spec | None, new: Spec, old_schemas: dict[str, Any] | None =
     for code in old.errors.keys() - new.errors.keys():
         out.append(Change("BREAKING", f"error {code}", "error code removed"))
     for code in old.errors.keys() & new.errors.keys():
-        a, b = old.errors[code], new.errors[code]
-        if (a.status, a.type, a.anthropic_type) != (b.status, b.type, b.anthropic_type):
-            out.append(Change("BREAKING", f"error {code}", f"{a.status}/{a.type} -> {b.status}/{b.type}"))
+        was, now = old.errors[code], new.errors[code]
+        if (was.status, was.type, was.anthropic_type) != (now.status, now.type, now.anthropic_type):
+            out.append(Change("BREAKING", f"error {code}", f"{was.status}/{was.type} -> {now.status}/{now.type}"))
     for fid in old.families.keys() - new.families.keys():
         out.append(Change("BREAKING", f"family {fid}", "family removed"))
     for fid in old.families.keys() & new.families.keys():
-        a, b = old.families[fid].row, new.families[fid].row
+        ra, rb = old.families[fid].row, new.families[fid].row
         for cap in ("tools", "continuation", "logprobs", "strict_tool_calls"):
-            if a.get(cap) and not b.get(cap):
+            if ra.get(cap) and not rb.get(cap):
                 out.append(Change("BREAKING", f"family {fid}", f"capability {cap} switched off"))
-        if a != b and not any(c.subject == f"family {fid}" for c in out):
+        if ra != rb and not any(c.subject == f"family {fid}" for c in out):
             out.append(Change("changed", f"family {fid}", "row changed"))
     if old_schemas is not None and new_schemas is not None:
         out += diff_schemas(old_schemas, new_schemas)

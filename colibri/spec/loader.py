@@ -107,9 +107,9 @@ def read_files(root: Path, meta_schema: Path | None = None) -> tuple[dict[str, t
         rel = path.name
         try:
             data, lines = load_with_lines(path)
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            problems.append(Problem(rel, mark.line + 1 if mark else None, f"YAML syntax error: {e}"))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            problems.append(Problem(rel, mark.line + 1 if mark else None, f"YAML syntax error: {exc}"))
             continue
         errs = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
         for e in errs:

@@ -1,0 +1,1 @@
+"""colibri-conform: the conformance suite (rules from spec/ become tests against any endpoint)."""

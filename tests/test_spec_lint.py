@@ -1,0 +1,86 @@
+"""`colibri spec lint`: clean on the repo, and each kind of breakage named with file and line."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from colibri.cli import main
+from colibri.spec.lint import lint
+
+
+def messages(root: Path) -> list[str]:
+    _, problems = lint(root)
+    return [str(p) for p in problems]
+
+
+def edit(root: Path, name: str, old: str, new: str) -> None:
+    p = root / name
+    text = p.read_text()
+    assert old in text, f"fixture text not found in {name}: {old!r}"
+    p.write_text(text.replace(old, new, 1))
+
+
+def test_repo_spec_is_clean(capsys):
+    assert main(["spec", "lint"]) == 0
+    assert re.search(r"ok: \d+ rules", capsys.readouterr().out)
+
+
+def test_broken_spec_exits_1(spec_copy, capsys):
+    edit(spec_copy, "30-fields.yaml", "level: MUST", "level: MAYBE")
+    assert main(["spec", "lint", "--spec", str(spec_copy)]) == 1
+
+
+BREAKAGES = [
+    # (file, old, new, expected message regex)
+    ("30-fields.yaml", "  - id: req.n.one\n", "  - id: req.best_of.one\n", r"30-fields\.yaml:\d+: req\.best_of\.one: duplicate rule id"),
+    ("30-fields.yaml", "level: MUST", "level: MAYBE", r"30-fields\.yaml:\d+: meta-schema: at rules/0/level: 'MAYBE' is not one of"),
+    ("30-fields.yaml", "  - id: req.n.one\n", "  - id: Req..One\n", r"meta-schema: at rules/\d+/id: 'Req\.\.One' does not match"),
+    ("30-fields.yaml", "{field: n, type: [integer], error: invalid_type}", "{field: n, type: [integer], error: no_such_code}",
+     r"req\.n\.one: check on 'n' names error 'no_such_code', which spec/errors\.yaml lacks"),
+    ("30-fields.yaml", "{field: n, type: [integer], error: invalid_type}", "{field: n, shape: [integer], error: invalid_type}",
+     r"30-fields\.yaml:\d+: meta-schema: at rules/2/checks/0: Additional properties are not allowed \('shape' was unexpected\)"),
+    ("30-fields.yaml", "{name: two, request: {n: 2}, expect: {status: 400, code: unsupported_value",
+     "{name: two, request: {n: 2}, expect: {status: 404, code: unsupported_value",
+     r"req\.n\.one: vector 'two' expects status 404 but unsupported_value is 400"),
+    ("30-fields.yaml", "{name: two, request: {n: 2}, expect: {status: 400, code: unsupported_value",
+     "{name: two, request: {n: 2}, expect: {status: 400, code: unsupported_value, checks: [no_such_check]",
+     r"req\.n\.one: vector 'two' names check 'no_such_check', which spec/checks\.yaml lacks"),
+    ("30-fields.yaml", "{name: null-is-absent, request: {n: null}, expect: {status: 200}}",
+     "{name: null-is-absent, request: {n: null}, invalid: true, expect: {status: 200}}",
+     r"req\.n\.one: vector 'null-is-absent' is marked invalid but satisfies chat\.request\.json"),
+    ("30-fields.yaml", "{name: bool, request: {n: true}, invalid: true,", "{name: bool, request: {n: true},",
+     r"req\.n\.one: vector 'bool' breaks chat\.request\.json at n: True is not of type"),
+    ("30-fields.yaml", "{name: two, request: {n: 2}", "{name: two, server: {colour: red}, request: {n: 2}",
+     r"req\.n\.one: vector 'two' sets unknown server setting 'colour'"),
+    ("50-stop.yaml", "    families: [glm]\n", "    families: [nonesuch]\n", r"stop\.implicit-role-markers: unknown family 'nonesuch'"),
+    ("10-transport.yaml", "title: A body that is not JSON is refused with invalid_json\n",
+     "title: A body that is not JSON is refused with invalid_json.\n", r"body\.json\.invalid: title ends with a period"),
+    ("30-fields.yaml", "{name: null-is-absent, request: {n: null}, expect: {status: 200}}",
+     "{name: null-is-absent, request: {n: null}, expect: {status: 200}}\n      - {name: null-is-absent, expect: {status: 200}}",
+     r"req\.n\.one: duplicate vector name 'null-is-absent'"),
+    ("75-generation.yaml", "    vectors:\n      - {name: hello,", "    level2: x\n    vectors:\n      - {name: hello,",
+     r"75-generation\.yaml:\d+: meta-schema: .*Additional properties are not allowed \('level2' was unexpected\)"),
+    ("errors.yaml", "  - code: invalid_json\n", "  - code: [invalid_json\n", r"errors\.yaml:\d+: YAML syntax error"),
+]
+
+
+@pytest.mark.parametrize("name,old,new,pattern", BREAKAGES, ids=[b[3][:60] for b in BREAKAGES])
+def test_each_breakage_is_named(spec_copy, name, old, new, pattern):
+    edit(spec_copy, name, old, new)
+    found = messages(spec_copy)
+    assert any(re.search(pattern, m) for m in found), "\n".join(found) or "no problems reported"
+
+
+def test_rule_without_vectors_is_reported(spec_copy):
+    # stream.keepalive has one explicit vector and no checks: removing it leaves nothing.
+    edit(spec_copy, "70-streaming.yaml",
+         "    vectors:\n      - {name: slow, request: {stream: true}, server: {keepalive_seconds: 0.05, engine_delay: 0.3}, "
+         "expect: {status: 200, checks: [keepalive_seen, sse_framing]}}\n", "")
+    assert any("stream.keepalive: has no vector" in m for m in messages(spec_copy))
+
+
+def test_missing_table_file_is_reported(spec_copy):
+    (spec_copy / "families.yaml").unlink()
+    assert any(m.startswith("families.yaml:1: required table file is missing") for m in messages(spec_copy))
