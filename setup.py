@@ -31,14 +31,17 @@ def extensions() -> list:
     from Cython.Build import cythonize
     from setuptools import Extension
 
+    import numpy
+
     ext = Extension(
         "colibri._engine",
         sources=["pyx/engine.pyx", "csrc/engine.c"],
-        include_dirs=["csrc"],
+        include_dirs=["csrc", "pyx", numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=c11"],
         extra_link_args=["-fopenmp", "-lm"],
     )
-    return cythonize([ext], language_level=3)
+    return cythonize([ext], language_level=3, include_path=["pyx"])
 
 
 setup(cmdclass={"build_py": BuildPyWithData}, ext_modules=extensions())

@@ -1,0 +1,144 @@
+"""Loading a Hugging Face style Llama model directory onto the C engine.
+
+A model directory holds config.json, model.safetensors, tokenizer.json and a chat template
+(chat_template.<family>.jinja, chat_template.jinja, or tokenizer_config.json's
+`chat_template`). The embedded model ships in colibri/models/tiny; any Llama-family
+directory a user already has loads the same way.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from .engine_errors import ConfigMismatchError, WeightsIOError
+from .paths import EMBEDDED_MODEL
+
+LLAMA_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM"}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    dim: int
+    hidden_dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    n_ctx: int
+    tie_embeddings: bool
+    rope_theta: float
+    norm_eps: float
+
+    @classmethod
+    def from_hf(cls, cfg: dict[str, Any], n_ctx: int | None = None) -> ModelConfig:
+        arch = set(cfg.get("architectures") or [])
+        if cfg.get("model_type") not in ("llama", "mistral") and not arch & LLAMA_ARCHITECTURES:
+            raise ConfigMismatchError(f"not a Llama-family config (model_type={cfg.get('model_type')!r})")
+        if cfg.get("rope_scaling"):
+            raise ConfigMismatchError("rope_scaling is not supported by the engine")
+        if cfg.get("hidden_act", "silu") != "silu":
+            raise ConfigMismatchError(f"hidden_act {cfg['hidden_act']!r} is not supported (silu only)")
+        try:
+            heads = int(cfg["num_attention_heads"])
+            return cls(
+                dim=int(cfg["hidden_size"]), hidden_dim=int(cfg["intermediate_size"]),
+                n_layers=int(cfg["num_hidden_layers"]), n_heads=heads,
+                n_kv_heads=int(cfg.get("num_key_value_heads") or heads), vocab_size=int(cfg["vocab_size"]),
+                n_ctx=int(n_ctx or cfg.get("max_position_embeddings", 2048)),
+                tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                rope_theta=float(cfg.get("rope_theta", 10000.0)), norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+            )
+        except KeyError as e:
+            raise ConfigMismatchError(f"config.json lacks {e.args[0]!r}") from None
+
+
+def open_engine(weights: Path, config: ModelConfig, n_slots: int = 1, n_threads: int = 0) -> Any:
+    """The C engine over a safetensors file (n_threads 0: the OpenMP default)."""
+    from . import _engine
+
+    c = config
+    return _engine.Engine(str(weights), dim=c.dim, hidden_dim=c.hidden_dim, n_layers=c.n_layers, n_heads=c.n_heads,
+                          n_kv_heads=c.n_kv_heads, vocab_size=c.vocab_size, n_ctx=c.n_ctx,
+                          tie_embeddings=c.tie_embeddings, rope_theta=c.rope_theta, norm_eps=c.norm_eps,
+                          n_slots=n_slots, n_threads=n_threads)
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's printable stand-ins for bytes, inverted (byte-level BPE token text -> byte)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs, strict=True)}
+
+
+class Model:
+    """A model directory: config, tokenizer, templates, and an engine built on demand."""
+
+    def __init__(self, path: Path | str | None = None, *, n_ctx: int | None = None):
+        self.path = Path(path) if path else EMBEDDED_MODEL
+        cfg_file = self.path / "config.json"
+        if not cfg_file.is_file():
+            raise WeightsIOError(f"{self.path} has no config.json")
+        self.hf_config = json.loads(cfg_file.read_text())
+        self.config = ModelConfig.from_hf(self.hf_config, n_ctx)
+        self.weights = self.path / "model.safetensors"
+        if not self.weights.is_file():
+            raise WeightsIOError(f"{self.path} has no model.safetensors")
+        self.tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
+
+    def template(self, name: str | None = None) -> str:
+        """The chat template: the named file, chat_template.jinja, or tokenizer_config.json's."""
+        for candidate in ([name] if name else []) + ["chat_template.jinja"]:
+            f = self.path / candidate
+            if f.is_file():
+                return f.read_text()
+        tc = self.path / "tokenizer_config.json"
+        if tc.is_file():
+            tpl = json.loads(tc.read_text()).get("chat_template")
+            if isinstance(tpl, str):
+                return tpl
+        raise WeightsIOError(f"{self.path} has no chat template{f' {name}' if name else ''}")
+
+    def engine(self, n_slots: int = 1, n_threads: int = 0) -> Any:
+        return open_engine(self.weights, self.config, n_slots, n_threads)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def token_id(self, text: str) -> int | None:
+        return self.tokenizer.token_to_id(text)
+
+    @cached_property
+    def special_ids(self) -> frozenset[int]:
+        return frozenset(t.id for t in self._added() if t.special)
+
+    def _added(self) -> list[Any]:
+        return [type("Added", (), {"id": i, "special": tok.special, "content": tok.content})
+                for i, tok in self.tokenizer.get_added_tokens_decoder().items()]
+
+    @cached_property
+    def token_bytes(self) -> list[bytes]:
+        """The UTF-8 bytes each token id stands for (special tokens: empty). A token may hold
+        only part of a multi-byte character; callers must assemble bytes, not decode ids alone."""
+        dec = _byte_decoder()
+        vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+        table = [b""] * self.config.vocab_size
+        added = {t.id: t for t in self._added()}
+        for text, i in vocab.items():
+            if i >= len(table):
+                continue
+            if i in added:
+                table[i] = b"" if added[i].special else added[i].content.encode()
+            else:
+                table[i] = bytes(dec[ch] for ch in text) if all(ch in dec for ch in text) else text.encode()
+        return table

@@ -1,0 +1,773 @@
+/*
+ * colibri engine: a Llama-architecture transformer, readable top to bottom.
+ * Sections: safetensors reading, weights, state, kernels, forward pass, public API,
+ * sampling. See engine.h for the contract and the status codes.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "engine.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h> /* snprintf only: the library prints nothing */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ============================================================ safetensors
+ * Layout: u64 little-endian header size N, N bytes of JSON
+ *   {"name": {"dtype": "F32", "shape": [a, b], "data_offsets": [begin, end]}, ...,
+ *    "__metadata__": {...}}
+ * then the data section; offsets are relative to its start. A minimal JSON reader covers
+ * exactly this shape and rejects anything malformed. */
+
+typedef enum { DT_F32, DT_F16, DT_BF16, DT_OTHER } dtype_t;
+
+typedef struct {
+    char name[160];
+    dtype_t dtype;
+    int ndim;
+    long shape[4];
+    size_t begin, end;
+} tensor_info;
+
+typedef struct {
+    const char *p, *end;
+} json_cur;
+
+static void js_ws(json_cur *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
+}
+
+static int js_expect(json_cur *c, char ch) {
+    js_ws(c);
+    if (c->p >= c->end || *c->p != ch) return 0;
+    c->p++;
+    return 1;
+}
+
+/* Reads a string without escapes other than \" and \\ (tensor names need no more). */
+static int js_string(json_cur *c, char *out, size_t cap) {
+    js_ws(c);
+    if (c->p >= c->end || *c->p != '"') return 0;
+    c->p++;
+    size_t n = 0;
+    while (c->p < c->end && *c->p != '"') {
+        char ch = *c->p++;
+        if (ch == '\\') {
+            if (c->p >= c->end) return 0;
+            ch = *c->p++;
+            if (ch != '"' && ch != '\\' && ch != '/') return 0;
+        }
+        if (n + 1 >= cap) return 0;
+        out[n++] = ch;
+    }
+    if (c->p >= c->end) return 0;
+    c->p++;
+    out[n] = 0;
+    return 1;
+}
+
+static int js_uint(json_cur *c, size_t *out) {
+    js_ws(c);
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9') return 0;
+    size_t v = 0;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+        size_t d = (size_t)(*c->p++ - '0');
+        if (v > (SIZE_MAX - d) / 10) return 0;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Skips any JSON value (used for __metadata__ and unknown keys). */
+static int js_skip(json_cur *c, int depth) {
+    js_ws(c);
+    if (c->p >= c->end || depth > 32) return 0;
+    char ch = *c->p;
+    if (ch == '"') {
+        char tmp[4096];
+        return js_string(c, tmp, sizeof tmp);
+    }
+    if (ch == '{' || ch == '[') {
+        char close = ch == '{' ? '}' : ']';
+        c->p++;
+        js_ws(c);
+        if (c->p < c->end && *c->p == close) { c->p++; return 1; }
+        for (;;) {
+            if (ch == '{') {
+                char key[4096];
+                if (!js_string(c, key, sizeof key) || !js_expect(c, ':')) return 0;
+            }
+            if (!js_skip(c, depth + 1)) return 0;
+            js_ws(c);
+            if (c->p < c->end && *c->p == ',') { c->p++; continue; }
+            return js_expect(c, close);
+        }
+    }
+    while (c->p < c->end && *c->p != ',' && *c->p != '}' && *c->p != ']') c->p++;
+    return 1;
+}
+
+static int js_tensor(json_cur *c, tensor_info *t) {
+    if (!js_expect(c, '{')) return 0;
+    int seen = 0;
+    for (;;) {
+        char key[64];
+        if (!js_string(c, key, sizeof key) || !js_expect(c, ':')) return 0;
+        if (strcmp(key, "dtype") == 0) {
+            char dt[16];
+            if (!js_string(c, dt, sizeof dt)) return 0;
+            t->dtype = strcmp(dt, "F32") == 0 ? DT_F32 : strcmp(dt, "F16") == 0 ? DT_F16
+                     : strcmp(dt, "BF16") == 0 ? DT_BF16 : DT_OTHER;
+            seen |= 1;
+        } else if (strcmp(key, "shape") == 0) {
+            if (!js_expect(c, '[')) return 0;
+            t->ndim = 0;
+            js_ws(c);
+            if (c->p < c->end && *c->p == ']') c->p++;
+            else for (;;) {
+                size_t v;
+                if (t->ndim >= 4 || !js_uint(c, &v)) return 0;
+                t->shape[t->ndim++] = (long)v;
+                if (js_expect(c, ',')) continue;
+                if (!js_expect(c, ']')) return 0;
+                break;
+            }
+            seen |= 2;
+        } else if (strcmp(key, "data_offsets") == 0) {
+            if (!js_expect(c, '[') || !js_uint(c, &t->begin) || !js_expect(c, ',') || !js_uint(c, &t->end)
+                || !js_expect(c, ']')) return 0;
+            seen |= 4;
+        } else if (!js_skip(c, 1)) {
+            return 0;
+        }
+        if (js_expect(c, ',')) continue;
+        if (!js_expect(c, '}')) return 0;
+        return seen == 7;
+    }
+}
+
+/* Parses the header into a malloc'd tensor table. Returns a status. */
+static int st_parse(const char *hdr, size_t n, tensor_info **out, int *count) {
+    json_cur c = {hdr, hdr + n};
+    int cap = 64, k = 0;
+    tensor_info *ts = malloc(sizeof(tensor_info) * (size_t)cap);
+    if (!ts) return COLIBRI_E_NOMEM;
+    if (!js_expect(&c, '{')) goto bad;
+    js_ws(&c);
+    if (c.p < c.end && *c.p == '}') { c.p++; goto done; }
+    for (;;) {
+        char key[160];
+        if (!js_string(&c, key, sizeof key) || !js_expect(&c, ':')) goto bad;
+        if (strcmp(key, "__metadata__") == 0) {
+            if (!js_skip(&c, 1)) goto bad;
+        } else {
+            if (k == cap) {
+                cap *= 2;
+                tensor_info *grown = realloc(ts, sizeof(tensor_info) * (size_t)cap);
+                if (!grown) { free(ts); return COLIBRI_E_NOMEM; }
+                ts = grown;
+            }
+            memset(&ts[k], 0, sizeof ts[k]);
+            strcpy(ts[k].name, key);
+            if (!js_tensor(&c, &ts[k])) goto bad;
+            k++;
+        }
+        if (js_expect(&c, ',')) continue;
+        if (!js_expect(&c, '}')) goto bad;
+        break;
+    }
+done:
+    *out = ts;
+    *count = k;
+    return COLIBRI_OK;
+bad:
+    free(ts);
+    return COLIBRI_E_FORMAT;
+}
+
+/* ============================================================ weights and state */
+
+typedef struct {
+    float *token_embedding;  /* (vocab, dim) */
+    float **attn_norm;       /* per layer (dim) */
+    float **wq;              /* per layer (n_heads*head_size, dim) */
+    float **wk;              /* per layer (n_kv_heads*head_size, dim) */
+    float **wv;              /* per layer (n_kv_heads*head_size, dim) */
+    float **wo;              /* per layer (dim, n_heads*head_size) */
+    float **ffn_norm;        /* per layer (dim) */
+    float **w_gate;          /* per layer (hidden_dim, dim) */
+    float **w_up;            /* per layer (hidden_dim, dim) */
+    float **w_down;          /* per layer (dim, hidden_dim) */
+    float *final_norm;       /* (dim) */
+    float *lm_head;          /* (vocab, dim); the embedding when tied */
+} weights;
+
+typedef struct {
+    float *key_cache;   /* (n_layers, n_ctx, kv_dim) */
+    float *value_cache; /* (n_layers, n_ctx, kv_dim) */
+    int *tokens;        /* (n_ctx) the history these caches hold */
+    int len;
+} slot_state;
+
+/* Scratch for one forward pass over `rows` token positions. */
+typedef struct {
+    int cap;         /* rows allocated */
+    float *x;        /* (cap, dim) residual stream */
+    float *xb;       /* (cap, dim) normed input */
+    float *q;        /* (cap, n_heads*head_size) */
+    float *k;        /* (cap, kv_dim) */
+    float *v;        /* (cap, kv_dim) */
+    float *att_out;  /* (cap, n_heads*head_size) */
+    float *hb;       /* (cap, hidden_dim) */
+    float *hb2;      /* (cap, hidden_dim) */
+    float *att;      /* (cap, n_heads, n_ctx) attention scores */
+} scratch;
+
+struct colibri_engine {
+    colibri_config cfg;
+    int head_size, kv_dim, q_dim;
+    int n_slots, n_threads;
+    weights w;
+    slot_state slots[COLIBRI_MAX_SLOTS];
+    scratch s;
+    float *rope_cos, *rope_sin;  /* (n_ctx, head_size/2) */
+    void *map;                   /* the mmapped file */
+    size_t map_size;
+    float **owned;               /* converted (F16/BF16) tensors we must free */
+    int n_owned;
+};
+
+static void *xcalloc(size_t n, size_t size) { return n && size ? calloc(n, size) : NULL; }
+
+static void free_scratch(scratch *s) {
+    free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v);
+    free(s->att_out); free(s->hb); free(s->hb2); free(s->att);
+    memset(s, 0, sizeof *s);
+}
+
+static int ensure_scratch(colibri_engine *e, int rows) {
+    if (rows <= e->s.cap) return COLIBRI_OK;
+    free_scratch(&e->s);
+    const colibri_config *c = &e->cfg;
+    scratch *s = &e->s;
+    size_t r = (size_t)rows;
+    s->x = xcalloc(r * c->dim, sizeof(float));
+    s->xb = xcalloc(r * c->dim, sizeof(float));
+    s->q = xcalloc(r * e->q_dim, sizeof(float));
+    s->k = xcalloc(r * e->kv_dim, sizeof(float));
+    s->v = xcalloc(r * e->kv_dim, sizeof(float));
+    s->att_out = xcalloc(r * e->q_dim, sizeof(float));
+    s->hb = xcalloc(r * c->hidden_dim, sizeof(float));
+    s->hb2 = xcalloc(r * c->hidden_dim, sizeof(float));
+    s->att = xcalloc(r * c->n_heads * c->n_ctx, sizeof(float));
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->hb || !s->hb2 || !s->att) {
+        free_scratch(s);
+        return COLIBRI_E_NOMEM;
+    }
+    s->cap = rows;
+    return COLIBRI_OK;
+}
+
+/* ============================================================ kernels */
+
+static void rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
+}
+
+static void softmax(float *x, int n) {
+    float max = x[0];
+    for (int i = 1; i < n; i++) if (x[i] > max) max = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    for (int i = 0; i < n; i++) x[i] /= sum;
+}
+
+/* out (rows, d) = x (rows, n) @ W^T, W (d, n). Each weight row is read once for all rows:
+ * that is what makes batched decode cheaper than decoding slots one by one. */
+static void matmul(float *out, const float *x, const float *w, int rows, int n, int d, int threads) {
+    int i;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && (long)d * n * rows > 32768)
+    for (i = 0; i < d; i++) {
+        const float *wi = w + (size_t)i * n;
+        for (int r = 0; r < rows; r++) {
+            const float *xr = x + (size_t)r * n;
+            float acc = 0.0f;
+            for (int j = 0; j < n; j++) acc += wi[j] * xr[j];
+            out[(size_t)r * d + i] = acc;
+        }
+    }
+}
+
+/* Rotate-half RoPE: pair i with i + head_size/2 (the Hugging Face convention). */
+static void rope(float *vec, int n_heads, int head_size, const float *cos_row, const float *sin_row) {
+    int half = head_size / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = vec + h * head_size;
+        for (int i = 0; i < half; i++) {
+            float x1 = v[i], x2 = v[i + half];
+            v[i] = x1 * cos_row[i] - x2 * sin_row[i];
+            v[i + half] = x2 * cos_row[i] + x1 * sin_row[i];
+        }
+    }
+}
+
+/* ============================================================ forward pass
+ * One pass over `rows` token positions: row r is token tok[r] at position pos[r] of slot
+ * slot[r]. Rows of one slot must be consecutive positions in order (a prefill), or each
+ * slot appears once (a decode). Every row's K/V is written to its slot's cache before any
+ * attention, so causal attention reads positions 0..pos[r] of its own slot only. */
+static void forward(colibri_engine *e, int rows, const int *slot, const int *pos, const int *tok) {
+    const colibri_config *c = &e->cfg;
+    const int dim = c->dim, hs = e->head_size, kvd = e->kv_dim, qd = e->q_dim, hid = c->hidden_dim;
+    const int kv_mul = c->n_heads / c->n_kv_heads, half = hs / 2, T = e->n_threads;
+    scratch *s = &e->s;
+
+    for (int r = 0; r < rows; r++)
+        memcpy(s->x + (size_t)r * dim, e->w.token_embedding + (size_t)tok[r] * dim, sizeof(float) * dim);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        for (int r = 0; r < rows; r++)
+            rmsnorm(s->xb + (size_t)r * dim, s->x + (size_t)r * dim, e->w.attn_norm[l], dim, c->norm_eps);
+        matmul(s->q, s->xb, e->w.wq[l], rows, dim, qd, T);
+        matmul(s->k, s->xb, e->w.wk[l], rows, dim, kvd, T);
+        matmul(s->v, s->xb, e->w.wv[l], rows, dim, kvd, T);
+        for (int r = 0; r < rows; r++) {
+            const float *cr = e->rope_cos + (size_t)pos[r] * half, *sr = e->rope_sin + (size_t)pos[r] * half;
+            rope(s->q + (size_t)r * qd, c->n_heads, hs, cr, sr);
+            rope(s->k + (size_t)r * kvd, c->n_kv_heads, hs, cr, sr);
+            slot_state *st = &e->slots[slot[r]];
+            size_t off = ((size_t)l * c->n_ctx + pos[r]) * kvd;
+            memcpy(st->key_cache + off, s->k + (size_t)r * kvd, sizeof(float) * kvd);
+            memcpy(st->value_cache + off, s->v + (size_t)r * kvd, sizeof(float) * kvd);
+        }
+        int rh;
+#pragma omp parallel for schedule(dynamic) num_threads(T) if (T > 1 && rows * c->n_heads > 1)
+        for (rh = 0; rh < rows * c->n_heads; rh++) {
+            int r = rh / c->n_heads, h = rh % c->n_heads;
+            const slot_state *st = &e->slots[slot[r]];
+            const float *q = s->q + (size_t)r * qd + h * hs;
+            float *att = s->att + ((size_t)r * c->n_heads + h) * c->n_ctx;
+            const float *kbase = st->key_cache + (size_t)l * c->n_ctx * kvd + (h / kv_mul) * hs;
+            const float *vbase = st->value_cache + (size_t)l * c->n_ctx * kvd + (h / kv_mul) * hs;
+            float scale = 1.0f / sqrtf((float)hs);
+            for (int t = 0; t <= pos[r]; t++) {
+                const float *k = kbase + (size_t)t * kvd;
+                float score = 0.0f;
+                for (int i = 0; i < hs; i++) score += q[i] * k[i];
+                att[t] = score * scale;
+            }
+            softmax(att, pos[r] + 1);
+            float *out = s->att_out + (size_t)r * qd + h * hs;
+            memset(out, 0, sizeof(float) * hs);
+            for (int t = 0; t <= pos[r]; t++) {
+                const float *v = vbase + (size_t)t * kvd;
+                float a = att[t];
+                for (int i = 0; i < hs; i++) out[i] += a * v[i];
+            }
+        }
+        matmul(s->xb, s->att_out, e->w.wo[l], rows, qd, dim, T);
+        for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
+
+        for (int r = 0; r < rows; r++)
+            rmsnorm(s->xb + (size_t)r * dim, s->x + (size_t)r * dim, e->w.ffn_norm[l], dim, c->norm_eps);
+        matmul(s->hb, s->xb, e->w.w_gate[l], rows, dim, hid, T);
+        matmul(s->hb2, s->xb, e->w.w_up[l], rows, dim, hid, T);
+        for (size_t i = 0; i < (size_t)rows * hid; i++) {
+            float g = s->hb[i];
+            s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];  /* SwiGLU: silu(gate) * up */
+        }
+        matmul(s->xb, s->hb, e->w.w_down[l], rows, hid, dim, T);
+        for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
+    }
+}
+
+/* Final norm + output projection for chosen rows of the last forward pass. */
+static void logits_for(colibri_engine *e, const int *which, int n, float *out) {
+    const colibri_config *c = &e->cfg;
+    scratch *s = &e->s;
+    for (int i = 0; i < n; i++)
+        rmsnorm(s->xb + (size_t)i * c->dim, s->x + (size_t)which[i] * c->dim, e->w.final_norm, c->dim, c->norm_eps);
+    matmul(out, s->xb, e->w.lm_head, n, c->dim, c->vocab_size, e->n_threads);
+}
+
+/* ============================================================ loading */
+
+static const tensor_info *find(const tensor_info *ts, int n, const char *name) {
+    for (int i = 0; i < n; i++) if (strcmp(ts[i].name, name) == 0) return &ts[i];
+    return NULL;
+}
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (mant == 0) bits = sign;
+        else { /* subnormal: normalise */
+            int e = -1;
+            do { e++; mant <<= 1; } while (!(mant & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
+        }
+    } else if (exp == 31) bits = sign | 0x7f800000u | (mant << 13);
+    else bits = sign | ((exp + 112) << 23) | (mant << 13);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Resolves a tensor of the expected 1-D or 2-D shape to an F32 pointer (converting if needed). */
+static int bind(colibri_engine *e, const tensor_info *ts, int nt, const char *data, size_t data_size,
+                const char *name, long d0, long d1, float **out) {
+    const tensor_info *t = find(ts, nt, name);
+    if (!t) return COLIBRI_E_MISSING_TENSOR;
+    int want_ndim = d1 ? 2 : 1;
+    if (t->ndim != want_ndim || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) return COLIBRI_E_SHAPE;
+    size_t count = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    size_t esize = t->dtype == DT_F32 ? 4 : t->dtype == DT_OTHER ? 0 : 2;
+    if (!esize) return COLIBRI_E_DTYPE;
+    if (t->end < t->begin || t->end > data_size || t->end - t->begin != count * esize) return COLIBRI_E_FORMAT;
+    const char *src = data + t->begin;
+    if (t->dtype == DT_F32 && ((uintptr_t)src % 4) == 0) {
+        *out = (float *)src;
+        return COLIBRI_OK;
+    }
+    float *dst = malloc(count * sizeof(float));
+    if (!dst) return COLIBRI_E_NOMEM;
+    for (size_t i = 0; i < count; i++) {
+        if (t->dtype == DT_F32) memcpy(&dst[i], src + 4 * i, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            if (t->dtype == DT_F16) dst[i] = half_to_float(h);
+            else { uint32_t b = (uint32_t)h << 16; memcpy(&dst[i], &b, 4); }
+        }
+    }
+    e->owned[e->n_owned++] = dst;
+    *out = dst;
+    return COLIBRI_OK;
+}
+
+static int check_config(const colibri_config *c) {
+    if (c->dim <= 0 || c->hidden_dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0
+        || c->vocab_size <= 0 || c->n_ctx <= 0 || c->dim % c->n_heads || c->n_heads % c->n_kv_heads
+        || (c->dim / c->n_heads) % 2 || c->rope_theta <= 0 || c->norm_eps <= 0)
+        return COLIBRI_E_CONFIG;
+    return COLIBRI_OK;
+}
+
+int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n_threads, colibri_engine **out) {
+    if (!out) return COLIBRI_E_ARG;
+    *out = NULL;
+    if (!path || !cfg) return COLIBRI_E_ARG;
+    if (n_slots < 1 || n_slots > COLIBRI_MAX_SLOTS) return COLIBRI_E_SLOT;
+    int rc = check_config(cfg);
+    if (rc) return rc;
+
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return COLIBRI_E_IO;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) { close(fd); return COLIBRI_E_IO; }
+    size_t size = (size_t)sb.st_size;
+    if (size < 8) { close(fd); return COLIBRI_E_FORMAT; }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return COLIBRI_E_IO;
+
+    colibri_engine *e = calloc(1, sizeof *e);
+    if (!e) { munmap(map, size); return COLIBRI_E_NOMEM; }
+    e->map = map;
+    e->map_size = size;
+    e->cfg = *cfg;
+    e->head_size = cfg->dim / cfg->n_heads;
+    e->kv_dim = cfg->n_kv_heads * e->head_size;
+    e->q_dim = cfg->n_heads * e->head_size;
+    e->n_slots = n_slots;
+#ifdef _OPENMP
+    e->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
+#else
+    (void)n_threads;
+    e->n_threads = 1;
+#endif
+
+    uint64_t hlen = 0;
+    memcpy(&hlen, map, 8);  /* little-endian hosts only, as every supported target is */
+    tensor_info *ts = NULL;
+    int nt = 0;
+    if (hlen == 0 || hlen > size - 8) { rc = COLIBRI_E_FORMAT; goto fail; }
+    rc = st_parse((const char *)map + 8, (size_t)hlen, &ts, &nt);
+    if (rc) goto fail;
+    const char *data = (const char *)map + 8 + hlen;
+    size_t data_size = size - 8 - hlen;
+
+    int L = cfg->n_layers;
+    e->owned = calloc((size_t)(9 * L + 4), sizeof(float *));
+    e->w.attn_norm = calloc((size_t)L, sizeof(float *)); e->w.ffn_norm = calloc((size_t)L, sizeof(float *));
+    e->w.wq = calloc((size_t)L, sizeof(float *)); e->w.wk = calloc((size_t)L, sizeof(float *));
+    e->w.wv = calloc((size_t)L, sizeof(float *)); e->w.wo = calloc((size_t)L, sizeof(float *));
+    e->w.w_gate = calloc((size_t)L, sizeof(float *)); e->w.w_up = calloc((size_t)L, sizeof(float *));
+    e->w.w_down = calloc((size_t)L, sizeof(float *));
+    if (!e->owned || !e->w.attn_norm || !e->w.ffn_norm || !e->w.wq || !e->w.wk || !e->w.wv || !e->w.wo
+        || !e->w.w_gate || !e->w.w_up || !e->w.w_down) { rc = COLIBRI_E_NOMEM; goto fail; }
+
+    long D = cfg->dim, H = cfg->hidden_dim, V = cfg->vocab_size, Q = e->q_dim, K = e->kv_dim;
+#define BIND(name, d0, d1, dst) do { rc = bind(e, ts, nt, data, data_size, name, d0, d1, dst); if (rc) goto fail; } while (0)
+    BIND("model.embed_tokens.weight", V, D, &e->w.token_embedding);
+    BIND("model.norm.weight", D, 0, &e->w.final_norm);
+    if (cfg->tie_embeddings) e->w.lm_head = e->w.token_embedding;
+    else BIND("lm_head.weight", V, D, &e->w.lm_head);
+    for (int l = 0; l < L; l++) {
+        char n[160];
+#define LBIND(suffix, d0, d1, dst) do { snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix); BIND(n, d0, d1, dst); } while (0)
+        LBIND("input_layernorm.weight", D, 0, &e->w.attn_norm[l]);
+        LBIND("post_attention_layernorm.weight", D, 0, &e->w.ffn_norm[l]);
+        LBIND("self_attn.q_proj.weight", Q, D, &e->w.wq[l]);
+        LBIND("self_attn.k_proj.weight", K, D, &e->w.wk[l]);
+        LBIND("self_attn.v_proj.weight", K, D, &e->w.wv[l]);
+        LBIND("self_attn.o_proj.weight", D, Q, &e->w.wo[l]);
+        LBIND("mlp.gate_proj.weight", H, D, &e->w.w_gate[l]);
+        LBIND("mlp.up_proj.weight", H, D, &e->w.w_up[l]);
+        LBIND("mlp.down_proj.weight", D, H, &e->w.w_down[l]);
+#undef LBIND
+    }
+#undef BIND
+    free(ts);
+    ts = NULL;
+
+    int half = e->head_size / 2;
+    e->rope_cos = malloc(sizeof(float) * (size_t)cfg->n_ctx * half);
+    e->rope_sin = malloc(sizeof(float) * (size_t)cfg->n_ctx * half);
+    if (!e->rope_cos || !e->rope_sin) { rc = COLIBRI_E_NOMEM; goto fail; }
+    for (int p = 0; p < cfg->n_ctx; p++)
+        for (int i = 0; i < half; i++) {
+            double freq = pow((double)cfg->rope_theta, -2.0 * i / e->head_size);
+            e->rope_cos[(size_t)p * half + i] = (float)cos(p * freq);
+            e->rope_sin[(size_t)p * half + i] = (float)sin(p * freq);
+        }
+    size_t cache = (size_t)L * cfg->n_ctx * e->kv_dim;
+    for (int sidx = 0; sidx < n_slots; sidx++) {
+        slot_state *st = &e->slots[sidx];
+        st->key_cache = calloc(cache, sizeof(float));
+        st->value_cache = calloc(cache, sizeof(float));
+        st->tokens = calloc((size_t)cfg->n_ctx, sizeof(int));
+        if (!st->key_cache || !st->value_cache || !st->tokens) { rc = COLIBRI_E_NOMEM; goto fail; }
+    }
+    rc = ensure_scratch(e, 1);
+    if (rc) goto fail;
+    *out = e;
+    return COLIBRI_OK;
+fail:
+    free(ts);
+    colibri_free(e);
+    return rc;
+}
+
+void colibri_free(colibri_engine *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n_owned; i++) free(e->owned[i]);
+    free(e->owned);
+    free(e->w.attn_norm); free(e->w.ffn_norm); free(e->w.wq); free(e->w.wk); free(e->w.wv);
+    free(e->w.wo); free(e->w.w_gate); free(e->w.w_up); free(e->w.w_down);
+    for (int i = 0; i < COLIBRI_MAX_SLOTS; i++) {
+        free(e->slots[i].key_cache); free(e->slots[i].value_cache); free(e->slots[i].tokens);
+    }
+    free_scratch(&e->s);
+    free(e->rope_cos); free(e->rope_sin);
+    if (e->map) munmap(e->map, e->map_size);
+    free(e);
+}
+
+/* ============================================================ public API */
+
+const colibri_config *colibri_get_config(const colibri_engine *e) { return e ? &e->cfg : NULL; }
+
+static int bad_slot(const colibri_engine *e, int slot) { return !e || slot < 0 || slot >= e->n_slots; }
+
+int colibri_slot_len(const colibri_engine *e, int slot) {
+    return bad_slot(e, slot) ? COLIBRI_E_SLOT : e->slots[slot].len;
+}
+
+int colibri_slot_tokens(const colibri_engine *e, int slot, int *out, int cap) {
+    if (bad_slot(e, slot)) return COLIBRI_E_SLOT;
+    if (!out || cap < 0) return COLIBRI_E_ARG;
+    int n = e->slots[slot].len < cap ? e->slots[slot].len : cap;
+    memcpy(out, e->slots[slot].tokens, sizeof(int) * (size_t)n);
+    return n;
+}
+
+int colibri_slot_truncate(colibri_engine *e, int slot, int n) {
+    if (bad_slot(e, slot)) return COLIBRI_E_SLOT;
+    if (n < 0 || n > e->slots[slot].len) return COLIBRI_E_ARG;
+    e->slots[slot].len = n;
+    return COLIBRI_OK;
+}
+
+/* Prefill runs in chunks so scratch stays bounded (attention scores are rows * heads * n_ctx). */
+#define PREFILL_CHUNK 256
+
+int colibri_prefill(colibri_engine *e, int slot, const int *tokens, int n, int flags, int *n_reused,
+                    float *logits_out) {
+    if (bad_slot(e, slot)) return COLIBRI_E_SLOT;
+    if (!tokens || n <= 0) return COLIBRI_E_ARG;
+    const colibri_config *c = &e->cfg;
+    if (n > c->n_ctx) return COLIBRI_E_CONTEXT;
+    for (int i = 0; i < n; i++) if (tokens[i] < 0 || tokens[i] >= c->vocab_size) return COLIBRI_E_ARG;
+    slot_state *st = &e->slots[slot];
+    int keep = 0;
+    if (!(flags & COLIBRI_PREFILL_NO_REUSE)) {
+        int lim = st->len < n - 1 ? st->len : n - 1;  /* the last position is always recomputed: we need its logits */
+        while (keep < lim && st->tokens[keep] == tokens[keep]) keep++;
+    }
+    st->len = keep;
+    if (n_reused) *n_reused = keep;
+    int rc = ensure_scratch(e, PREFILL_CHUNK);
+    if (rc) return rc;
+    int slots_row[PREFILL_CHUNK], pos[PREFILL_CHUNK];
+    for (int start = keep; start < n; start += PREFILL_CHUNK) {
+        int rows = n - start < PREFILL_CHUNK ? n - start : PREFILL_CHUNK;
+        for (int r = 0; r < rows; r++) { slots_row[r] = slot; pos[r] = start + r; }
+        forward(e, rows, slots_row, pos, tokens + start);
+        memcpy(st->tokens + start, tokens + start, sizeof(int) * (size_t)rows);
+        st->len = start + rows;
+        if (logits_out && (flags & COLIBRI_PREFILL_ALL_LOGITS)) {
+            int which[PREFILL_CHUNK];
+            for (int r = 0; r < rows; r++) which[r] = r;
+            logits_for(e, which, rows, logits_out + (size_t)(start - keep) * c->vocab_size);
+        } else if (logits_out && start + rows == n) {
+            int last = rows - 1;
+            logits_for(e, &last, 1, logits_out);
+        }
+    }
+    return COLIBRI_OK;
+}
+
+int colibri_decode(colibri_engine *e, int n, const int *slots, const int *tokens, float *logits_out) {
+    if (!e || !slots || !tokens || n <= 0 || n > e->n_slots) return COLIBRI_E_ARG;
+    int pos[COLIBRI_MAX_SLOTS], which[COLIBRI_MAX_SLOTS], seen = 0;
+    for (int i = 0; i < n; i++) {
+        if (bad_slot(e, slots[i]) || (seen & (1 << slots[i]))) return COLIBRI_E_SLOT;
+        seen |= 1 << slots[i];
+        if (tokens[i] < 0 || tokens[i] >= e->cfg.vocab_size) return COLIBRI_E_ARG;
+        if (e->slots[slots[i]].len == 0) return COLIBRI_E_STATE;
+        if (e->slots[slots[i]].len >= e->cfg.n_ctx) return COLIBRI_E_CONTEXT;
+        pos[i] = e->slots[slots[i]].len;
+        which[i] = i;
+    }
+    int rc = ensure_scratch(e, n);
+    if (rc) return rc;
+    forward(e, n, slots, pos, tokens);
+    for (int i = 0; i < n; i++) {
+        slot_state *st = &e->slots[slots[i]];
+        st->tokens[st->len++] = tokens[i];
+    }
+    if (logits_out) logits_for(e, which, n, logits_out);
+    return COLIBRI_OK;
+}
+
+/* ============================================================ sampling */
+
+static uint64_t next_u64(uint64_t *s) {  /* xorshift64* */
+    uint64_t x = *s;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+typedef struct { float p; int id; } prob_index;
+
+static int by_prob_desc(const void *a, const void *b) {
+    float pa = ((const prob_index *)a)->p, pb = ((const prob_index *)b)->p;
+    if (pa > pb) return -1;
+    if (pa < pb) return 1;
+    return ((const prob_index *)a)->id - ((const prob_index *)b)->id;
+}
+
+int colibri_sample(const float *logits, int vocab, float temperature, float top_p, uint64_t *rng, int *token_out) {
+    if (!logits || vocab <= 0 || !token_out) return COLIBRI_E_ARG;
+    if (temperature <= 0.0f) {
+        int best = 0;
+        for (int i = 1; i < vocab; i++) if (logits[i] > logits[best]) best = i;
+        *token_out = best;
+        return COLIBRI_OK;
+    }
+    if (!rng || *rng == 0 || !(top_p > 0.0f) || top_p > 1.0f) return COLIBRI_E_ARG;
+    prob_index *pi = malloc(sizeof(prob_index) * (size_t)vocab);
+    if (!pi) return COLIBRI_E_NOMEM;
+    float max = logits[0];
+    for (int i = 1; i < vocab; i++) if (logits[i] > max) max = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++) {
+        pi[i].p = expf((logits[i] - max) / temperature);
+        pi[i].id = i;
+        sum += pi[i].p;
+    }
+    qsort(pi, (size_t)vocab, sizeof *pi, by_prob_desc);
+    int keep = vocab;
+    double cum = 0.0;
+    for (int i = 0; i < vocab; i++) {
+        cum += pi[i].p / sum;
+        if (cum >= top_p) { keep = i + 1; break; }
+    }
+    double kept = 0.0;
+    for (int i = 0; i < keep; i++) kept += pi[i].p;
+    double u = (double)(next_u64(rng) >> 11) * (1.0 / 9007199254740992.0) * kept;
+    double acc = 0.0;
+    int choice = pi[keep - 1].id;
+    for (int i = 0; i < keep; i++) {
+        acc += pi[i].p;
+        if (u < acc) { choice = pi[i].id; break; }
+    }
+    free(pi);
+    *token_out = choice;
+    return COLIBRI_OK;
+}
+
+int colibri_logprobs(const float *logits, int vocab, int token, int k, float *token_logprob, int *top_ids,
+                     float *top_logprobs) {
+    if (!logits || vocab <= 0 || token < 0 || token >= vocab || k < 0 || k > COLIBRI_MAX_TOP_K || k > vocab)
+        return COLIBRI_E_ARG;
+    if ((k > 0 && (!top_ids || !top_logprobs)) || !token_logprob) return COLIBRI_E_ARG;
+    float max = logits[0];
+    for (int i = 1; i < vocab; i++) if (logits[i] > max) max = logits[i];
+    double sum = 0.0;
+    for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - max);
+    float lse = max + (float)log(sum);
+    *token_logprob = logits[token] - lse;
+    /* top-k by insertion into a small sorted array: k <= 32, vocab passes once */
+    int n = 0;
+    for (int i = 0; i < vocab && k > 0; i++) {
+        float v = logits[i];
+        if (n == k && !(v > logits[top_ids[n - 1]])) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && v > logits[top_ids[j - 1]]) { top_ids[j] = top_ids[j - 1]; j--; }
+        top_ids[j] = i;
+    }
+    for (int i = 0; i < n; i++) top_logprobs[i] = logits[top_ids[i]] - lse;
+    return COLIBRI_OK;
+}
+
+const char *colibri_strerror(int status) {
+    switch (status) {
+    case COLIBRI_OK: return "ok";
+    case COLIBRI_E_IO: return "the weights file could not be opened, sized or mapped";
+    case COLIBRI_E_FORMAT: return "malformed or truncated safetensors file";
+    case COLIBRI_E_MISSING_TENSOR: return "a tensor required by the config is missing";
+    case COLIBRI_E_SHAPE: return "a tensor's shape does not match the config";
+    case COLIBRI_E_DTYPE: return "unsupported tensor dtype (F32, F16 and BF16 are supported)";
+    case COLIBRI_E_CONFIG: return "inconsistent model config";
+    case COLIBRI_E_NOMEM: return "out of memory";
+    case COLIBRI_E_SLOT: return "bad KV slot";
+    case COLIBRI_E_CONTEXT: return "the tokens do not fit in the context";
+    case COLIBRI_E_ARG: return "argument out of range";
+    case COLIBRI_E_STATE: return "call out of order";
+    default: return "unknown status";
+    }
+}

@@ -1,0 +1,107 @@
+/*
+ * colibri engine: a Llama-architecture transformer in plain C (libc, libm, optional OpenMP).
+ *
+ * Flat API over one opaque handle. Nothing is printed, nothing exits, no global state:
+ * every function returns a status code from the list below (0 = success), and
+ * colibri_strerror() names it. The caller owns all buffers it passes in.
+ *
+ * Model: RMSNorm, rotary position embedding in the rotate-half (Hugging Face) convention,
+ * grouped-query attention, SwiGLU MLP, tied or untied output embedding. Weights come from
+ * one safetensors file: F32 tensors are used in place (mmap), F16 and BF16 are converted
+ * to F32 on load. Compute is F32.
+ *
+ * KV slots: 1..16 independent sequences, each with its token history. A prefill compares
+ * the prompt with the slot's history and computes only the new suffix (prefix reuse). A
+ * decode call advances several slots by one token each in one pass over the weights.
+ */
+#ifndef COLIBRI_ENGINE_H
+#define COLIBRI_ENGINE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes (every function returns one of these) ---- */
+#define COLIBRI_OK                 0   /* success */
+#define COLIBRI_E_IO              -1   /* the weights file could not be opened, sized or mapped */
+#define COLIBRI_E_FORMAT          -2   /* not a safetensors file: header length, JSON or data offsets are malformed or truncated */
+#define COLIBRI_E_MISSING_TENSOR  -3   /* a tensor the config requires is absent */
+#define COLIBRI_E_SHAPE           -4   /* a tensor's shape does not match the config */
+#define COLIBRI_E_DTYPE           -5   /* a tensor's dtype is not F32, F16 or BF16 */
+#define COLIBRI_E_CONFIG          -6   /* the config is inconsistent (heads do not divide dim, zero sizes, ...) */
+#define COLIBRI_E_NOMEM           -7   /* an allocation failed */
+#define COLIBRI_E_SLOT            -8   /* slot index outside 0..n_slots-1, or a slot listed twice in one decode */
+#define COLIBRI_E_CONTEXT         -9   /* the tokens would not fit in the context (n_ctx) */
+#define COLIBRI_E_ARG            -10   /* an argument is out of range (token id, k > COLIBRI_MAX_TOP_K, n <= 0, NULL) */
+#define COLIBRI_E_STATE          -11   /* the call is out of order (decode on an empty slot) */
+
+#define COLIBRI_MAX_SLOTS 16
+#define COLIBRI_MAX_TOP_K 32
+
+/* prefill flags */
+#define COLIBRI_PREFILL_NO_REUSE   1   /* recompute from position 0 even if the slot holds a matching prefix */
+#define COLIBRI_PREFILL_ALL_LOGITS 2   /* write logits for every computed position, not only the last */
+
+typedef struct {
+    int dim;          /* model width */
+    int hidden_dim;   /* MLP inner width */
+    int n_layers;
+    int n_heads;      /* query heads */
+    int n_kv_heads;   /* key/value heads (n_heads must be a multiple) */
+    int vocab_size;
+    int n_ctx;        /* positions per slot */
+    int tie_embeddings; /* 1: the output projection is the token embedding */
+    float rope_theta;
+    float norm_eps;
+} colibri_config;
+
+typedef struct colibri_engine colibri_engine;
+
+/* Load weights and allocate n_slots KV slots (1..COLIBRI_MAX_SLOTS), computing with n_threads
+ * threads (0 = the OpenMP default). On failure *out is NULL. */
+int colibri_load(const char *safetensors_path, const colibri_config *cfg, int n_slots, int n_threads,
+                 colibri_engine **out);
+void colibri_free(colibri_engine *e);
+
+/* Prefill `tokens[0..n)` into `slot`. The slot's history is compared with the tokens and the
+ * longest common prefix (at most n-1) is reused unless COLIBRI_PREFILL_NO_REUSE; *n_reused
+ * receives its length. Logits of the last position go to logits_out (vocab floats); with
+ * COLIBRI_PREFILL_ALL_LOGITS, logits of every computed position n_reused..n-1, in order
+ * ((n - n_reused) * vocab floats). logits_out may be NULL. */
+int colibri_prefill(colibri_engine *e, int slot, const int *tokens, int n, int flags, int *n_reused,
+                    float *logits_out);
+
+/* Append one token to each of n distinct slots and compute their next-token logits together
+ * (logits_out: n * vocab floats, row i for slots[i]). Each slot gets exactly what it would
+ * get decoded alone. */
+int colibri_decode(colibri_engine *e, int n, const int *slots, const int *tokens, float *logits_out);
+
+/* Tokens held by a slot; negative status on a bad slot. */
+int colibri_slot_len(const colibri_engine *e, int slot);
+/* Copy up to cap tokens of a slot's history into out; returns the count or a status. */
+int colibri_slot_tokens(const colibri_engine *e, int slot, int *out, int cap);
+/* Forget everything after the first n tokens of a slot (n <= length). */
+int colibri_slot_truncate(colibri_engine *e, int slot, int n);
+
+const colibri_config *colibri_get_config(const colibri_engine *e);
+
+/* ---- sampling and log probabilities (pure functions over one logits row) ---- */
+
+/* Pick a token: argmax when temperature <= 0; otherwise softmax(logits / temperature),
+ * truncated to the smallest set whose mass reaches top_p, sampled with *rng (xorshift64*
+ * state, advanced in place; must not be 0). */
+int colibri_sample(const float *logits, int vocab, float temperature, float top_p, uint64_t *rng, int *token_out);
+
+/* Log-softmax of the raw logits (before temperature: the model's own distribution). Writes
+ * the chosen token's logprob and the k most likely tokens (descending) with theirs. */
+int colibri_logprobs(const float *logits, int vocab, int token, int k, float *token_logprob, int *top_ids,
+                     float *top_logprobs);
+
+const char *colibri_strerror(int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,95 @@
+"""A NumPy Llama forward pass that reads a model directory (config.json + model.safetensors)
+on its own: the reference the C engine must reproduce. Float64 throughout, so the
+comparison measures the engine's error, not the reference's."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+
+class ReferenceLlama:
+    def __init__(self, path: Path):
+        cfg = json.loads((path / "config.json").read_text())
+        self.dim = cfg["hidden_size"]
+        self.n_layers = cfg["num_hidden_layers"]
+        self.n_heads = cfg["num_attention_heads"]
+        self.n_kv = cfg.get("num_key_value_heads") or self.n_heads
+        self.hs = self.dim // self.n_heads
+        self.eps = cfg.get("rms_norm_eps", 1e-5)
+        self.theta = cfg.get("rope_theta", 10000.0)
+        w = {k: v.astype(np.float64) for k, v in load_file(str(path / "model.safetensors")).items()}
+        self.w = w
+        self.lm_head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+
+    def _norm(self, x, weight):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * weight
+
+    def _rope(self, x, positions):  # x (T, heads, hs), rotate-half pairing
+        half = self.hs // 2
+        freq = self.theta ** (-np.arange(half) * 2.0 / self.hs)
+        ang = positions[:, None] * freq[None, :]
+        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        x1, x2 = x[..., :half], x[..., half:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+    def logits(self, tokens: list[int]) -> np.ndarray:
+        """Logits (T, vocab) for every position of `tokens`."""
+        T = len(tokens)
+        pos = np.arange(T, dtype=np.float64)
+        x = self.w["model.embed_tokens.weight"][tokens]
+        mask = np.triu(np.full((T, T), -np.inf), 1)
+        for i in range(self.n_layers):
+            p = f"model.layers.{i}."
+            h = self._norm(x, self.w[p + "input_layernorm.weight"])
+            q = (h @ self.w[p + "self_attn.q_proj.weight"].T).reshape(T, self.n_heads, self.hs)
+            k = (h @ self.w[p + "self_attn.k_proj.weight"].T).reshape(T, self.n_kv, self.hs)
+            v = (h @ self.w[p + "self_attn.v_proj.weight"].T).reshape(T, self.n_kv, self.hs)
+            q, k = self._rope(q, pos), self._rope(k, pos)
+            rep = self.n_heads // self.n_kv
+            k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+            att = np.einsum("thd,shd->hts", q, k) / np.sqrt(self.hs) + mask
+            att = np.exp(att - att.max(-1, keepdims=True))
+            att /= att.sum(-1, keepdims=True)
+            out = np.einsum("hts,shd->thd", att, v).reshape(T, -1)
+            x = x + out @ self.w[p + "self_attn.o_proj.weight"].T
+            h = self._norm(x, self.w[p + "post_attention_layernorm.weight"])
+            g = h @ self.w[p + "mlp.gate_proj.weight"].T
+            u = h @ self.w[p + "mlp.up_proj.weight"].T
+            x = x + (g / (1 + np.exp(-g)) * u) @ self.w[p + "mlp.down_proj.weight"].T
+        return self._norm(x, self.w["model.norm.weight"]) @ self.lm_head.T
+
+
+def write_random_model(path: Path, *, seed: int = 0, dim: int = 64, hidden: int = 160, layers: int = 2,
+                       heads: int = 4, kv_heads: int = 2, vocab: int = 97, ctx: int = 128, tied: bool = True,
+                       dtype: str = "float32") -> Path:
+    """A seeded random-weight Llama in the real directory layout (config.json + model.safetensors)."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(seed)
+    hs = dim // heads
+    t: dict[str, np.ndarray] = {"model.embed_tokens.weight": rng.normal(0, 0.5, (vocab, dim)),
+                                "model.norm.weight": rng.uniform(0.5, 1.5, dim)}
+    if not tied:
+        t["lm_head.weight"] = rng.normal(0, 0.2, (vocab, dim))
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = rng.uniform(0.5, 1.5, dim)
+        t[p + "post_attention_layernorm.weight"] = rng.uniform(0.5, 1.5, dim)
+        t[p + "self_attn.q_proj.weight"] = rng.normal(0, 0.2, (heads * hs, dim))
+        t[p + "self_attn.k_proj.weight"] = rng.normal(0, 0.2, (kv_heads * hs, dim))
+        t[p + "self_attn.v_proj.weight"] = rng.normal(0, 0.2, (kv_heads * hs, dim))
+        t[p + "self_attn.o_proj.weight"] = rng.normal(0, 0.2, (dim, heads * hs))
+        t[p + "mlp.gate_proj.weight"] = rng.normal(0, 0.2, (hidden, dim))
+        t[p + "mlp.up_proj.weight"] = rng.normal(0, 0.2, (hidden, dim))
+        t[p + "mlp.down_proj.weight"] = rng.normal(0, 0.2, (dim, hidden))
+    path.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.astype(dtype) for k, v in t.items()}, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim,
+        "intermediate_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": ctx,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": tied, "hidden_act": "silu"}))
+    return path

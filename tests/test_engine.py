@@ -1,0 +1,279 @@
+"""The C engine against the NumPy reference, on seeded random-weight models written by the
+tests in the real directory layout: prefill, decode, prefix reuse, batched multi-slot decode,
+dtypes, sampling, logprobs, and every fault as a named exception."""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_reference import ReferenceLlama, write_random_model
+
+from colibri import _engine
+from colibri.engine_errors import (
+    ConfigMismatchError,
+    ContextOverflowError,
+    EngineArgumentError,
+    EngineStateError,
+    SlotError,
+    WeightsFormatError,
+    WeightsIOError,
+)
+from colibri.model import ModelConfig, open_engine
+
+TOL = 1e-4
+
+
+def engine_for(path: Path, n_slots: int = 1, **overrides):
+    cfg = ModelConfig.from_hf(dict(json.loads((path / "config.json").read_text()), **overrides))
+    return open_engine(path / "model.safetensors", cfg, n_slots=n_slots, n_threads=2)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return write_random_model(tmp_path_factory.mktemp("rand"), seed=1)
+
+
+@pytest.fixture(scope="module")
+def ref(model_dir) -> ReferenceLlama:
+    return ReferenceLlama(model_dir)
+
+
+def tokens(n: int, seed: int = 0, vocab: int = 97) -> list[int]:
+    return np.random.default_rng(seed).integers(0, vocab, n).tolist()
+
+
+def test_prefill_matches_reference_at_every_position(model_dir, ref):
+    toks = tokens(40)
+    eng = engine_for(model_dir)
+    reused, logits = eng.prefill(0, toks, all_logits=True)
+    assert reused == 0
+    assert np.max(np.abs(logits - ref.logits(toks))) < TOL
+
+
+def test_decode_matches_reference(model_dir, ref):
+    toks = tokens(30, seed=2)
+    eng = engine_for(model_dir)
+    _, last = eng.prefill(0, toks[:10])
+    want = ref.logits(toks)
+    assert np.max(np.abs(last - want[9])) < TOL
+    for i in range(10, 30):
+        got = eng.decode([0], [toks[i]])[0]
+        assert np.max(np.abs(got - want[i])) < TOL, f"position {i}"
+
+
+def test_prefix_reuse_computes_only_the_suffix_and_matches_fresh(model_dir, ref):
+    a, b = tokens(25, seed=3), tokens(12, seed=4)
+    eng = engine_for(model_dir)
+    eng.prefill(0, a)
+    reused, logits = eng.prefill(0, a + b)
+    assert reused == 25
+    assert np.max(np.abs(logits - ref.logits(a + b)[-1])) < TOL
+    # A diverging prompt reuses only the common part.
+    reused, logits = eng.prefill(0, a[:10] + b)
+    assert reused == 10
+    assert np.max(np.abs(logits - ref.logits(a[:10] + b)[-1])) < TOL
+    # The identical prompt recomputes its last position only.
+    reused, _ = eng.prefill(0, a[:10] + b)
+    assert reused == 21
+    assert eng.slot_tokens(0) == a[:10] + b
+
+
+def test_no_reuse_flag_recomputes_everything(model_dir):
+    eng = engine_for(model_dir)
+    eng.prefill(0, tokens(20))
+    reused, _ = eng.prefill(0, tokens(20), reuse=False)
+    assert reused == 0
+
+
+def greedy(eng, slot, prompt, steps):
+    _, logits = eng.prefill(slot, prompt)
+    out = []
+    for _ in range(steps):
+        t = int(np.argmax(logits))
+        out.append(t)
+        logits = eng.decode([slot], [t])[0]
+    return out
+
+
+def test_batched_decode_is_token_identical_to_single_slot_runs(model_dir, ref):
+    prompts = [tokens(n, seed=10 + n) for n in (5, 17, 9, 30)]
+    alone = [greedy(engine_for(model_dir), 0, p, 20) for p in prompts]
+    eng = engine_for(model_dir, n_slots=4)
+    logits = [eng.prefill(s, p)[1] for s, p in enumerate(prompts)]
+    outs: list[list[int]] = [[] for _ in prompts]
+    for _ in range(20):
+        toks = [int(np.argmax(lg)) for lg in logits]
+        for s, t in enumerate(toks):
+            outs[s].append(t)
+        batch = eng.decode([0, 1, 2, 3], toks)
+        logits = list(batch)
+    assert outs == alone
+    # and the batched logits are the reference's
+    seq = prompts[1] + outs[1][:-1]
+    assert np.max(np.abs(batch[1] - ref.logits(seq + [outs[1][-1]])[-1])) < TOL
+
+
+def test_decode_slots_in_any_order_and_subsets(model_dir):
+    eng = engine_for(model_dir, n_slots=3)
+    for s in range(3):
+        eng.prefill(s, tokens(6, seed=s))
+    a = eng.decode([2, 0], [5, 6])
+    single = engine_for(model_dir)
+    single.prefill(0, tokens(6, seed=2))
+    assert np.max(np.abs(a[0] - single.decode([0], [5])[0])) < 1e-5
+
+
+@pytest.mark.parametrize("dtype,tol", [("float16", 0.05), ("bfloat16", 0.6)])
+def test_half_precision_weights_are_converted_on_load(tmp_path, dtype, tol):
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    f32 = write_random_model(tmp_path / "f32", seed=5)
+    half = write_random_model(tmp_path / dtype, seed=5, dtype=dtype)
+    toks = tokens(16)
+    a = engine_for(f32).prefill(0, toks, all_logits=True)[1]
+    b = engine_for(half).prefill(0, toks, all_logits=True)[1]
+    assert np.max(np.abs(a - b)) < tol
+    # exact against the reference of the rounded weights
+    assert np.max(np.abs(b - ReferenceLlama(half).logits(toks))) < TOL
+
+
+def test_untied_output_projection(tmp_path):
+    d = write_random_model(tmp_path / "untied", seed=6, tied=False)
+    toks = tokens(12)
+    got = engine_for(d).prefill(0, toks, all_logits=True)[1]
+    assert np.max(np.abs(got - ReferenceLlama(d).logits(toks))) < TOL
+
+
+def test_long_prefill_crosses_chunks(tmp_path):
+    d = write_random_model(tmp_path / "long", seed=7, ctx=700, layers=1)
+    toks = tokens(600, seed=8)
+    got = engine_for(d).prefill(0, toks, all_logits=True)[1]
+    assert np.max(np.abs(got - ReferenceLlama(d).logits(toks))) < 5e-4
+
+
+# ------------------------------------------------------------------ faults
+
+
+def test_missing_file(tmp_path):
+    d = write_random_model(tmp_path / "m", seed=1)
+    (d / "model.safetensors").unlink()
+    with pytest.raises(WeightsIOError):
+        engine_for(d)
+
+
+def test_truncated_file(tmp_path):
+    d = write_random_model(tmp_path / "t", seed=1)
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(WeightsFormatError):
+        engine_for(d)
+
+
+@pytest.mark.parametrize("header", [b"not json at all", b'{"a": {"dtype": "F32"', b"[]", b'{"x": 1}'])
+def test_malformed_header(tmp_path, header):
+    d = write_random_model(tmp_path / "h", seed=1)
+    (d / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(WeightsFormatError):
+        engine_for(d)
+
+
+def test_header_length_beyond_file(tmp_path):
+    d = write_random_model(tmp_path / "h2", seed=1)
+    (d / "model.safetensors").write_bytes(struct.pack("<Q", 10**9) + b"{}")
+    with pytest.raises(WeightsFormatError):
+        engine_for(d)
+
+
+def test_config_that_does_not_match_the_tensors(model_dir):
+    with pytest.raises(ConfigMismatchError):
+        engine_for(model_dir, hidden_size=96)
+    with pytest.raises(ConfigMismatchError):
+        engine_for(model_dir, num_attention_heads=3)
+
+
+def test_missing_tensor(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    d = write_random_model(tmp_path / "mt", seed=1)
+    t = load_file(str(d / "model.safetensors"))
+    del t["model.layers.1.mlp.up_proj.weight"]
+    save_file(t, str(d / "model.safetensors"))
+    with pytest.raises(WeightsFormatError, match="missing"):
+        engine_for(d)
+
+
+def test_unsupported_dtype(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    d = write_random_model(tmp_path / "dt", seed=1)
+    t = load_file(str(d / "model.safetensors"))
+    t["model.norm.weight"] = t["model.norm.weight"].astype(np.int32)
+    save_file(t, str(d / "model.safetensors"))
+    with pytest.raises(WeightsFormatError, match="dtype"):
+        engine_for(d)
+
+
+def test_prompt_over_context(model_dir):
+    eng = engine_for(model_dir)
+    with pytest.raises(ContextOverflowError):
+        eng.prefill(0, tokens(129))
+    eng.prefill(0, tokens(128))
+    with pytest.raises(ContextOverflowError):
+        eng.decode([0], [1])
+
+
+def test_bad_arguments(model_dir):
+    eng = engine_for(model_dir, n_slots=2)
+    with pytest.raises(SlotError):
+        eng.prefill(2, [1, 2])
+    with pytest.raises(EngineStateError):
+        eng.decode([1], [3])
+    eng.prefill(0, [1, 2])
+    eng.prefill(1, [1, 2])
+    with pytest.raises(SlotError):
+        eng.decode([0, 0], [3, 4])
+    with pytest.raises(EngineArgumentError):
+        eng.prefill(0, [1, 500])
+    with pytest.raises(EngineArgumentError):
+        eng.prefill(0, [])
+    with pytest.raises(SlotError):
+        engine_for(model_dir, n_slots=17)
+
+
+# ------------------------------------------------------------------ sampling and logprobs
+
+
+def test_logprobs_match_log_softmax_and_top_k_is_descending():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 3, 500).astype(np.float32)
+    ls = logits.astype(np.float64) - np.log(np.sum(np.exp(logits.astype(np.float64))))
+    lp, ids, lps = _engine.logprobs(logits, 7, 32)
+    assert abs(lp - ls[7]) < 1e-5
+    assert ids == list(np.argsort(-ls)[:32])
+    assert np.allclose(lps, ls[ids], atol=1e-5)
+    assert lps == sorted(lps, reverse=True)
+    with pytest.raises(EngineArgumentError):
+        _engine.logprobs(logits, 7, 33)
+
+
+def test_greedy_and_seeded_sampling():
+    logits = np.array([0.0, 3.0, 1.0, 2.9], np.float32)
+    assert _engine.sample(logits, 0.0, 1.0, 1)[0] == 1
+    draws = []
+    state = 42
+    for _ in range(200):
+        t, state = _engine.sample(logits, 1.0, 1.0, state)
+        draws.append(t)
+    again = []
+    state = 42
+    for _ in range(200):
+        t, state = _engine.sample(logits, 1.0, 1.0, state)
+        again.append(t)
+    assert draws == again and set(draws) >= {1, 3}
+    # a tiny top_p keeps only the most likely token
+    assert {_engine.sample(logits, 1.0, 0.01, s)[0] for s in range(1, 50)} == {1}
+    with pytest.raises(EngineArgumentError):
+        _engine.sample(logits, 1.0, 1.0, 0)
