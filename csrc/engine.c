@@ -303,6 +303,7 @@ static void matmul(float *out, const float *x, const float *w, int rows, int n, 
         for (int r = 0; r < rows; r++) {
             const float *xr = x + (size_t)r * n;
             float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
             for (int j = 0; j < n; j++) acc += wi[j] * xr[j];
             out[(size_t)r * d + i] = acc;
         }
@@ -364,6 +365,7 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
             for (int t = 0; t <= pos[r]; t++) {
                 const float *k = kbase + (size_t)t * kvd;
                 float score = 0.0f;
+#pragma omp simd reduction(+ : score)
                 for (int i = 0; i < hs; i++) score += q[i] * k[i];
                 att[t] = score * scale;
             }
