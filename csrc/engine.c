@@ -293,11 +293,15 @@ static void softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
+/* Below this many multiply-adds a parallel region costs more than it saves (and, on a busy
+ * machine, a barrier waiting for a descheduled thread costs far more). */
+#define PARALLEL_MIN_WORK (1L << 19)
+
 /* out (rows, d) = x (rows, n) @ W^T, W (d, n). Each weight row is read once for all rows:
  * that is what makes batched decode cheaper than decoding slots one by one. */
 static void matmul(float *out, const float *x, const float *w, int rows, int n, int d, int threads) {
     int i;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && (long)d * n * rows > 32768)
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
     for (i = 0; i < d; i++) {
         const float *wi = w + (size_t)i * n;
         for (int r = 0; r < rows; r++) {
@@ -353,7 +357,7 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
             memcpy(st->value_cache + off, s->v + (size_t)r * kvd, sizeof(float) * kvd);
         }
         int rh;
-#pragma omp parallel for schedule(dynamic) num_threads(T) if (T > 1 && rows * c->n_heads > 1)
+#pragma omp parallel for schedule(dynamic) num_threads(T) if (T > 1 && (long)rows * c->n_heads * (pos[rows - 1] + 1) * hs >= PARALLEL_MIN_WORK)
         for (rh = 0; rh < rows * c->n_heads; rh++) {
             int r = rh / c->n_heads, h = rh % c->n_heads;
             const slot_state *st = &e->slots[slot[r]];
