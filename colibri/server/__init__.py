@@ -1,0 +1,1 @@
+"""The reference server: a Falcon app that implements spec/ on the C engine."""

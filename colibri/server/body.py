@@ -1,0 +1,55 @@
+"""Reading a request body: size limit, UTF-8, JSON (no NaN/Infinity), no lone surrogates,
+object-ness. Each failure is a named error from the table (spec topic `transport`)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import error
+
+MAX_BODY = 4 * 1024 * 1024
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    return False
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error("invalid_encoding") from None
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except ValueError:
+        raise error("invalid_json") from None
+    if _has_lone_surrogate(doc):
+        raise error("invalid_encoding")
+    if not isinstance(doc, dict):
+        raise error("body_not_object")
+    return doc
+
+
+def read_body(req: Any) -> dict[str, Any]:
+    """Read and parse a Falcon request's body, refusing oversize bodies before reading them."""
+    length = req.content_length
+    if length is not None and length > MAX_BODY:
+        raise error("request_too_large")
+    raw = req.bounded_stream.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        raise error("request_too_large")
+    return parse_body(raw)

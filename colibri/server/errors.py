@@ -1,0 +1,57 @@
+"""API errors, one class per row of spec/errors.yaml (generated 1:1 at import), and the two
+envelopes they serialise to."""
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from ..spec import load_spec
+
+
+class ApiError(Exception):
+    """Base of every error the API answers with. Class attributes come from the error table."""
+
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "server_error"
+    anthropic_type: ClassVar[str] = "api_error"
+    code: ClassVar[str] = "engine_error"
+    default_message: ClassVar[str] = "The engine failed to process the request."
+    headers: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, message: str | None = None, *, param: str | None = None, rule_id: str | None = None):
+        self.message = message or self.default_message.replace("'{param}'", repr(param or "")).replace(
+            "{param}", str(param or ""))
+        self.param = param
+        self.rule_id = rule_id
+        super().__init__(self.message)
+
+    def to_openai(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def to_anthropic(self) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": self.anthropic_type, "message": self.message}}
+
+    def body(self, envelope: str) -> bytes:
+        doc = self.to_anthropic() if envelope == "anthropic" else self.to_openai()
+        return json.dumps(doc, ensure_ascii=False).encode()
+
+
+def _class_name(code: str) -> str:
+    return "".join(part.capitalize() for part in code.split("_")) + "Error"
+
+
+def _build() -> dict[str, type[ApiError]]:
+    table: dict[str, type[ApiError]] = {}
+    for e in load_spec().errors.values():
+        attrs = {"status": e.status, "type": e.type, "anthropic_type": e.anthropic_type, "code": e.code,
+                 "default_message": e.message, "headers": dict(e.headers), "__doc__": e.description}
+        table[e.code] = type(_class_name(e.code), (ApiError,), attrs)
+    return table
+
+
+ERRORS: dict[str, type[ApiError]] = _build()
+
+
+def error(code: str, message: str | None = None, *, param: str | None = None, rule_id: str | None = None) -> ApiError:
+    """An instance of the class for `code` (KeyError for a code the table lacks: a spec bug)."""
+    return ERRORS[code](message, param=param, rule_id=rule_id)
