@@ -167,9 +167,10 @@ class ContentShaper:
     text decides), and with tools active everything from the first <tool_call> withheld for
     the parser."""
 
-    def __init__(self, tools_active: bool):
+    def __init__(self, tools_active: bool, strip: bool = True):
         self.tools_active = tools_active
-        self.started = False
+        self.strip = strip  # chat strips the reply; a legacy completion keeps every character
+        self.started = not strip
         self.pending: list[Piece] = []  # held: trailing whitespace or a partial tool marker
         self.withheld: Piece | None = None
 
@@ -194,7 +195,9 @@ class ContentShaper:
             self.pending = []
             return out
         hold = _partial_suffix(joined, [TOOL_OPEN]) if self.tools_active else 0
-        keep = len(joined[: len(joined) - hold].rstrip())
+        keep = len(joined) - hold
+        if self.strip:
+            keep = len(joined[:keep].rstrip())
         out = self._cut(joined, base, keep)
         self.pending = [Piece(base + keep, joined[keep:])] if keep < len(joined) else []
         return out
@@ -206,6 +209,7 @@ class ContentShaper:
     def finish(self) -> tuple[list[Piece], Piece | None]:
         """Flush: a held partial marker is text after all; trailing whitespace is dropped."""
         joined = "".join(p.text for p in self.pending)
-        out = self._cut(joined, self.pending[0].offset, len(joined.rstrip())) if self.pending else []
+        keep = len(joined.rstrip()) if self.strip else len(joined)
+        out = self._cut(joined, self.pending[0].offset, keep) if self.pending else []
         self.pending = []
         return out, self.withheld

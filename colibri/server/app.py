@@ -1,0 +1,207 @@
+"""The Falcon app factory: middleware (host guard, CORS, auth, request id), routes, and the
+error handlers that turn every failure into the right envelope."""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import uuid
+from typing import Any
+
+import falcon
+
+from ..paths import data_dir
+from .anthropic_api import MessagesResource
+from .errors import ApiError, error
+from .openai_api import ChatResource, CompletionsResource, RenderResource, dumps
+from .service import Service, Settings
+
+log = logging.getLogger("colibri.server")
+LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
+CORS_ALLOW_HEADERS = "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta"
+CORS_EXPOSE_HEADERS = "x-request-id, x-colibri-queue-wait-ms, Retry-After"
+
+
+def _host_name(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class RequestId:
+    def process_request(self, req: Any, resp: Any) -> None:
+        req.context.request_id = f"req_{uuid.uuid4().hex}"
+
+    def process_response(self, req: Any, resp: Any, resource: Any, ok: bool) -> None:
+        resp.set_header("x-request-id", req.context.request_id)
+
+
+class HostGuard:
+    """DNS-rebinding defence: the Host must be loopback, the bind address or allow-listed."""
+
+    def __init__(self, settings: Settings):
+        self.allowed = LOOPBACK | {settings.host.lower()} | {h.strip().lower() for h in settings.allowed_hosts}
+
+    def process_request(self, req: Any, resp: Any) -> None:
+        if "*" in self.allowed:
+            return
+        host = _host_name(req.get_header("Host") or "")
+        if host not in self.allowed:
+            raise error("forbidden_host", f"The Host header {host!r} is not allowed; start the server with "
+                                          f"--allowed-host {host} if you trust it.")
+
+
+class Cors:
+    def __init__(self, settings: Settings):
+        self.origins = set(settings.cors_origins)
+
+    def process_request(self, req: Any, resp: Any) -> None:
+        if req.method == "OPTIONS":
+            resp.status = falcon.HTTP_204
+            resp.complete = True
+
+    def process_response(self, req: Any, resp: Any, resource: Any, ok: bool) -> None:
+        origin = req.get_header("Origin")
+        if not origin or req.path == "/metrics" or not ("*" in self.origins or origin in self.origins):
+            return
+        resp.set_header("Access-Control-Allow-Origin", "*" if "*" in self.origins else origin)
+        if "*" not in self.origins:
+            resp.append_header("Vary", "Origin")
+        resp.set_header("Access-Control-Expose-Headers", CORS_EXPOSE_HEADERS)
+        if req.method == "OPTIONS":
+            resp.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+            resp.set_header("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS)
+            resp.set_header("Access-Control-Max-Age", "600")
+
+
+class Auth:
+    """Bearer or x-api-key, compared in constant time. /health answers everyone (less detail)."""
+
+    OPEN = {"/health", "/openapi.json", "/spec"}
+
+    def __init__(self, settings: Settings):
+        self.key = settings.api_key
+
+    def authorised(self, req: Any) -> bool:
+        if not self.key:
+            return True
+        bearer = req.get_header("Authorization") or ""
+        given = bearer[7:] if bearer.startswith("Bearer ") else (req.get_header("x-api-key") or "")
+        return hmac.compare_digest(given.encode(), self.key.encode())
+
+    def process_request(self, req: Any, resp: Any) -> None:
+        req.context.authed = self.authorised(req)
+        if req.method != "OPTIONS" and not req.context.authed and req.path not in self.OPEN:
+            raise error("invalid_api_key")
+
+
+def _envelope(req: Any) -> str:
+    return "anthropic" if req.path.startswith("/v1/messages") else "openai"
+
+
+def _send(req: Any, resp: Any, ex: ApiError) -> None:
+    resp.status = falcon.code_to_http_status(ex.status)
+    resp.content_type = "application/json"
+    resp.data = ex.body(_envelope(req))
+    resp.stream = None
+    for k, v in ex.headers.items():
+        resp.set_header(k, v)
+
+
+def handle_api_error(req: Any, resp: Any, ex: ApiError, params: Any) -> None:
+    _send(req, resp, ex)
+
+
+def handle_http_error(req: Any, resp: Any, ex: falcon.HTTPError, params: Any) -> None:
+    if ex.status_code == 405:
+        _send(req, resp, error("method_not_allowed"))
+        if ex.headers and "Allow" in ex.headers:
+            resp.set_header("Allow", ex.headers["Allow"])
+    elif ex.status_code == 404:
+        _send(req, resp, error("not_found"))
+    else:
+        _send(req, resp, error("invalid_json" if ex.status_code == 400 else "engine_error"))
+
+
+def handle_unexpected(req: Any, resp: Any, ex: Exception, params: Any) -> None:
+    log.exception("unexpected failure in %s %s (%s)", req.method, req.path, getattr(req.context, "request_id", "-"))
+    _send(req, resp, error("engine_error"))
+
+
+class Models:
+    def __init__(self, svc: Service):
+        self.svc = svc
+
+    def entry(self) -> dict[str, Any]:
+        return {"id": self.svc.settings.model_id, "object": "model", "created": self.svc.started, "owned_by": "colibri",
+                "family": self.svc.settings.family, "context_length": self.svc.model.config.n_ctx}
+
+    def on_get(self, req: Any, resp: Any) -> None:
+        resp.data = dumps({"object": "list", "data": [self.entry()]})
+
+    def on_get_one(self, req: Any, resp: Any, model: str) -> None:
+        if model != self.svc.settings.model_id:
+            raise error("model_not_found", f"The model '{model}' does not exist.", param="model")
+        resp.data = dumps(self.entry())
+
+
+class Health:
+    def __init__(self, svc: Service):
+        self.svc = svc
+
+    def on_get(self, req: Any, resp: Any) -> None:
+        doc: dict[str, Any] = {"status": "ok"}
+        if req.context.authed:
+            fam = self.svc.family
+            doc.update({"family": self.svc.settings.family, "kv_slots": self.svc.settings.kv_slots,
+                        "continue_assistant": self.svc.settings.continue_assistant and bool(fam["continuation"]),
+                        "capabilities": {k: fam[k] for k in ("tools", "tool_format", "forced_tool_choice",
+                                                             "reasoning", "continuation", "logprobs")},
+                        "scheduler": self.svc.scheduler.snapshot()})
+        resp.data = dumps(doc)
+
+
+class Metrics:
+    def __init__(self, svc: Service):
+        self.svc = svc
+
+    def on_get(self, req: Any, resp: Any) -> None:
+        from prometheus_client import generate_latest
+
+        resp.data = generate_latest(self.svc.metrics.registry)
+        resp.content_type = "text/plain; version=0.0.4; charset=utf-8"
+        resp.set_header("Cache-Control", "no-store")
+
+
+class OpenAPI:
+    def on_get(self, req: Any, resp: Any) -> None:
+        resp.data = (data_dir("schemas") / "openapi.json").read_bytes()
+
+
+def create_app(service: Service) -> falcon.App:
+    """The WSGI app over an already built Service (tests pass one with fakes injected)."""
+    s = service.settings
+    app = falcon.App(middleware=[RequestId(), HostGuard(s), Cors(s), Auth(s)], media_type="application/json")
+    app.req_options.strip_url_path_trailing_slash = True
+    models = Models(service)
+    app.add_route("/v1/models", models)
+    app.add_route("/v1/models/{model}", models, suffix="one")
+    app.add_route("/v1/chat/completions", ChatResource(service))
+    app.add_route("/v1/completions", CompletionsResource(service))
+    app.add_route("/v1/messages", MessagesResource(service))
+    app.add_route("/v1/render", RenderResource(service))
+    app.add_route("/health", Health(service))
+    app.add_route("/metrics", Metrics(service))
+    app.add_route("/openapi.json", OpenAPI())
+    app.add_error_handler(Exception, handle_unexpected)
+    app.add_error_handler(falcon.HTTPError, handle_http_error)
+    app.add_error_handler(ApiError, handle_api_error)
+    return app
+
+
+def build_app(settings: Settings | None = None, **kw: Any) -> falcon.App:
+    return create_app(Service(settings or Settings(), **kw))
+
+
+__all__ = ["build_app", "create_app", "json"]

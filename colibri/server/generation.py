@@ -1,0 +1,249 @@
+"""Running one request: consume the engine's token events through the text pipeline and
+produce deltas (for SSE) and the final outcome (for JSON, and the last SSE chunks).
+
+The same code serves both modes, so a stream reassembles to the unary answer by
+construction; the stream/unary parity rules check that it does.
+"""
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..tool_parsers import parse as parse_tools
+from ..tool_parsers import validate_call
+from .errors import ApiError, error
+from .scheduler import ClientGone, Scheduler, Task, TokenRecord
+from .text_stream import ContentShaper, Piece, ReasoningSplitter, StopFilter, Utf8Assembler
+
+
+@dataclass
+class Accepted:
+    prompt_tokens: int
+    queue_wait: float
+    echo: list[TokenRecord]
+
+
+@dataclass
+class Delta:
+    kind: str  # "content" | "reasoning"
+    text: str
+
+
+@dataclass
+class LogprobEntry:
+    token: str
+    logprob: float | None
+    bytes: list[int]
+    top: list[tuple[str, float | None, list[int]]]
+    offset: int  # character offset in the text it describes
+
+
+@dataclass
+class Outcome:
+    content: str
+    reasoning: str
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str  # stop | length | tool_calls
+    matched_stop: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    queue_wait: float
+    logprobs: list[LogprobEntry] | None = None
+    echo: list[LogprobEntry] | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Spec:
+    """How to turn tokens into an answer (from the request and the family row)."""
+
+    stops: list[str]
+    ignore_leading: bool
+    thinking: bool
+    tools: list[dict[str, Any]]
+    tool_format: str
+    strict_tools: bool = False
+    keepalive: float = 10.0
+    strip: bool = True
+
+
+class Generation:
+    def __init__(self, scheduler: Scheduler, task: Task, token_bytes: list[bytes], spec: Spec):
+        self.scheduler, self.task, self.token_bytes, self.spec = scheduler, task, token_bytes, spec
+        self.assembler = Utf8Assembler()
+        self.stop_filter = StopFilter(spec.stops, spec.ignore_leading)
+        self.splitter = ReasoningSplitter(spec.thinking)
+        self.shaper = ContentShaper(bool(spec.tools) and spec.tool_format != "none", spec.strip)
+        self.raw = ""
+        self.records: list[tuple[TokenRecord, int, int]] = []  # record, raw start, raw end
+        self.content: list[Piece] = []
+        self.reasoning: list[Piece] = []
+        self.accepted: Accepted | None = None
+        self.outcome: Outcome | None = None
+
+    # ------------------------------------------------------------------ event flow
+
+    def start(self) -> Accepted:
+        """Admit the task and wait until the engine accepted the prompt (errors raise here, before
+        any response byte is committed)."""
+        self.scheduler.admit(self.task)
+        while self.accepted is None:
+            kind, payload = self._next(None)
+            if kind == "accepted":
+                self.accepted = Accepted(payload["prompt_tokens"], payload["queue_wait"], payload["echo"])
+            elif kind == "error":
+                raise self._as_api_error(payload)
+        return self.accepted
+
+    def _next(self, timeout: float | None) -> tuple[str, Any]:
+        return self.task.events.get(timeout=timeout)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _as_api_error(exc: BaseException) -> ApiError:
+        if isinstance(exc, ApiError):
+            return exc
+        if isinstance(exc, ClientGone):
+            raise exc
+        return error("engine_error")
+
+    def deltas(self) -> Iterator[Delta | None]:
+        """Content and reasoning deltas as they become final; None is a keepalive tick."""
+        assert self.accepted is not None, "start() first"
+        while True:
+            try:
+                kind, payload = self._next(self.spec.keepalive)
+            except queue.Empty:
+                yield None
+                continue
+            if kind == "token":
+                yield from self._token(payload)
+            elif kind == "done":
+                yield from self._finish(payload)
+                return
+            elif kind == "error":
+                raise self._as_api_error(payload)
+
+    def run(self) -> Outcome:
+        """Unary: start, drain, and return the outcome."""
+        if self.accepted is None:
+            self.start()
+        for _ in self.deltas():
+            pass
+        assert self.outcome is not None
+        return self.outcome
+
+    def cancel(self) -> None:
+        self.task.cancel()
+
+    # ------------------------------------------------------------------ the pipeline
+
+    def _token(self, rec: TokenRecord) -> Iterator[Delta]:
+        text = self.assembler.feed(self.token_bytes[rec.token])
+        start = len(self.raw)
+        self.raw += text
+        self.records.append((rec, start, len(self.raw)))
+        yield from self._through(self.stop_filter.feed(text))
+        if self.stop_filter.matched is not None:
+            self.task.stop()
+
+    def _through(self, pieces: list[Piece]) -> Iterator[Delta]:
+        for p in pieces:
+            for kind, q in self.splitter.feed(p):
+                yield from self._route(kind, q)
+
+    def _route(self, kind: str, piece: Piece) -> Iterator[Delta]:
+        if kind == "reasoning":
+            self.reasoning.append(piece)
+            yield Delta("reasoning", piece.text)
+            return
+        for c in self.shaper.feed(piece):
+            self.content.append(c)
+            yield Delta("content", c.text)
+
+    def _finish(self, reason: str) -> Iterator[Delta]:
+        tail = self.assembler.flush()
+        if tail:
+            start = len(self.raw)
+            self.raw += tail
+            if self.records:
+                rec, s, _ = self.records[-1]
+                self.records[-1] = (rec, s, len(self.raw))
+            yield from self._through(self.stop_filter.feed(tail))
+        yield from self._through(self.stop_filter.finish())
+        for kind, q in self.splitter.finish():
+            yield from self._route(kind, q)
+        flushed, withheld = self.shaper.finish()
+        for c in flushed:
+            self.content.append(c)
+            yield Delta("content", c.text)
+        calls: list[dict[str, Any]] = []
+        problems: list[str] = []
+        if withheld is not None:
+            parsed = parse_tools(self.spec.tool_format, withheld.text, self.spec.tools)
+            problems = parsed.problems + [p for c in parsed.calls for p in validate_call(c, self.spec.tools)]
+            calls = parsed.calls
+            if self.spec.strict_tools and (problems or reason == "length"):
+                raise error("invalid_model_tool_call")
+            if not calls:
+                # nothing readable: the text stays content, as the model wrote it (the whitespace
+                # before the marker was dropped by the shaper and is restored from the raw text)
+                start = self.content[-1].end if self.content else withheld.offset
+                extra = Piece(start, self.raw[start:withheld.offset] + withheld.text.rstrip())
+                self.content.append(extra)
+                yield Delta("content", extra.text)
+        finish = "tool_calls" if calls else ("length" if reason == "length" and self.stop_filter.matched is None
+                                             else "stop")
+        self.outcome = Outcome(
+            content="".join(p.text for p in self.content), reasoning="".join(p.text for p in self.reasoning),
+            tool_calls=calls, finish_reason=finish, matched_stop=self.stop_filter.matched,
+            prompt_tokens=self.accepted.prompt_tokens if self.accepted else 0, completion_tokens=len(self.records),
+            queue_wait=self.accepted.queue_wait if self.accepted else 0.0, problems=problems)
+
+    # ------------------------------------------------------------------ logprobs
+
+    def _top(self, rec: TokenRecord) -> list[tuple[str, float | None, list[int]]]:
+        """Alternatives labelled with their own decoded bytes (a partial character shows U+FFFD)."""
+        return [(self.token_bytes[t].decode("utf-8", "replace"), lp, list(self.token_bytes[t])) for t, lp in rec.top]
+
+    def content_logprobs(self) -> list[LogprobEntry]:
+        """One entry per token that reached the content, cut to the characters that did: joining
+        the entries' token texts gives exactly the content."""
+        out: list[LogprobEntry] = []
+        pos = 0
+        for rec, s, e in self.records:
+            parts = [p.text[max(s, p.offset) - p.offset: min(e, p.end) - p.offset]
+                     for p in self.content if p.offset < e and s < p.end]
+            inside = any(p.offset <= s < p.end or (s == e and p.offset <= s <= p.end) for p in self.content)
+            if not parts and not (s == e and inside):
+                continue
+            text = "".join(parts)
+            whole = self.raw[s:e] == text
+            own = list(self.token_bytes[rec.token])
+            out.append(LogprobEntry(text, rec.logprob, own if whole else list(text.encode()), self._top(rec), pos))
+            pos += len(text)
+        return out
+
+    def echo_logprobs(self) -> list[LogprobEntry]:
+        """Prompt records for completions echo: every prompt token, the first with no logprob."""
+        assert self.accepted is not None
+        asm = Utf8Assembler()
+        out, pos = [], 0
+        for rec in self.accepted.echo:
+            text = asm.feed(self.token_bytes[rec.token])
+            out.append(LogprobEntry(text, rec.logprob, list(self.token_bytes[rec.token]), self._top(rec), pos))
+            pos += len(text)
+        tail = asm.flush()
+        if tail and out:
+            out[-1].token += tail
+        return out
+
+
+def wait_time_ms(outcome_or_accepted: Any) -> int:
+    return int(round(getattr(outcome_or_accepted, "queue_wait", 0.0) * 1000))
+
+
+def now() -> int:
+    return int(time.time())

@@ -1,0 +1,216 @@
+"""/v1/chat/completions, /v1/completions and /v1/render: validated by the compiled tables,
+answered as JSON or as server-sent events (the 200 is committed only once the engine has
+accepted the prompt)."""
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from .body import read_body
+from .generation import Generation, LogprobEntry, Outcome, now
+from .prompt import from_openai_chat
+from .scheduler import conversation_slot
+from .service import Service
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _num(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + dumps(obj) + b"\n\n"
+
+
+def stops_of(body: dict[str, Any]) -> list[str]:
+    stop = body.get("stop")
+    return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+def tool_calls_json(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+            for c in calls]
+
+
+def usage(o: Outcome) -> dict[str, int]:
+    return {"prompt_tokens": o.prompt_tokens, "completion_tokens": o.completion_tokens,
+            "total_tokens": o.prompt_tokens + o.completion_tokens}
+
+
+def chat_logprobs(entries: list[LogprobEntry]) -> dict[str, Any]:
+    return {"content": [{"token": e.token, "logprob": _num(e.logprob), "bytes": e.bytes,
+                         "top_logprobs": [{"token": t, "logprob": _num(lp), "bytes": b} for t, lp, b in e.top]}
+                        for e in entries], "refusal": None}
+
+
+def completion_logprobs(entries: list[LogprobEntry]) -> dict[str, Any]:
+    return {"tokens": [e.token for e in entries], "token_logprobs": [_num(e.logprob) for e in entries],
+            "top_logprobs": [({t: _num(lp) for t, lp, _ in e.top} if e.logprob is not None else None)
+                             for e in entries],
+            "text_offset": [e.offset for e in entries]}
+
+
+class _Endpoint:
+    def __init__(self, service: Service):
+        self.svc = service
+
+    def _respond(self, resp: Any, gen: Generation, stream: bool, unary: Any, chunks: Any) -> None:
+        accepted = gen.start()
+        resp.set_header("x-colibri-queue-wait-ms", str(int(round(accepted.queue_wait * 1000))))
+        if stream:
+            resp.content_type = "text/event-stream"
+            for k, v in SSE_HEADERS.items():
+                resp.set_header(k, v)
+            resp.stream = _guarded(gen, chunks(gen))
+        else:
+            resp.data = dumps(unary(gen.run()))
+            resp.content_type = "application/json"
+
+
+def _guarded(gen: Generation, it: Iterator[bytes]) -> Iterator[bytes]:
+    """Cancel the request when the client stops reading (the WSGI server closes the iterator)."""
+    finished = False
+    try:
+        yield from it
+        finished = True
+    finally:
+        if not finished:
+            gen.cancel()
+
+
+class ChatResource(_Endpoint):
+    def on_post(self, req: Any, resp: Any) -> None:
+        body = read_body(req)
+        self.svc.validate("chat", body)
+        rendered, ids = self.svc.render(from_openai_chat(body))
+        requested = body.get("max_completion_tokens") or body.get("max_tokens")
+        max_new = self.svc.budget(ids, requested, "messages")
+        slot = body.get("cache_slot")
+        if slot is None:
+            slot = conversation_slot(body["messages"], self.svc.settings.kv_slots)
+        k = (body.get("top_logprobs") or 0) if body.get("logprobs") else -1
+        task = self.svc.task(ids, body, max_new=max_new, slot=slot, logprobs_k=k)
+        gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
+                                  thinking=rendered.thinking, tools=rendered.tools_offered,
+                                  strict_tools=bool(body.get("strict_tool_calls")))
+        cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", now(), self.svc.settings.model_id
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def unary(o: Outcome) -> dict[str, Any]:
+            msg: dict[str, Any] = {"role": "assistant", "content": o.content, "refusal": None}
+            if o.tool_calls:
+                msg["tool_calls"] = tool_calls_json(o.tool_calls)
+                msg["content"] = o.content or None
+            if o.reasoning:
+                msg["reasoning_content"] = o.reasoning
+            return {"id": cid, "object": "chat.completion", "created": created, "model": model,
+                    "choices": [{"index": 0, "message": msg,
+                                 "logprobs": chat_logprobs(gen.content_logprobs()) if k >= 0 else None,
+                                 "finish_reason": o.finish_reason}], "usage": usage(o)}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            c: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+            if include_usage:
+                c["usage"] = None
+            return sse(c)
+
+        def chunks(g: Generation) -> Iterator[bytes]:
+            yield chunk({"role": "assistant", "content": ""})
+            for d in g.deltas():
+                if d is None:
+                    yield b": keepalive\n\n"
+                elif d.text:
+                    yield chunk({"reasoning_content": d.text} if d.kind == "reasoning" else {"content": d.text})
+            o = g.outcome
+            assert o is not None
+            for i, call in enumerate(tool_calls_json(o.tool_calls)):
+                yield chunk({"tool_calls": [dict(call, index=i)]})
+            yield chunk({}, o.finish_reason)
+            if include_usage:
+                yield sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                           "choices": [], "usage": usage(o)})
+            yield b"data: [DONE]\n\n"
+
+        self._respond(resp, gen, bool(body.get("stream")), unary, chunks)
+
+
+class CompletionsResource(_Endpoint):
+    def on_post(self, req: Any, resp: Any) -> None:
+        body = read_body(req)
+        self.svc.validate("completions", body)
+        prompt = body["prompt"]
+        ids = self.svc.model.encode(prompt)
+        max_new = self.svc.budget(ids, body.get("max_tokens"), "prompt")
+        lp = body.get("logprobs")
+        k = lp if isinstance(lp, int) and not isinstance(lp, bool) and lp > 0 else -1
+        echo = bool(body.get("echo"))
+        task = self.svc.task(ids, body, max_new=max_new, slot=body.get("cache_slot"), logprobs_k=k, echo=echo)
+        gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
+                                  thinking=False, tools=[], strip=False)
+        cid, created, model = f"cmpl-{uuid.uuid4().hex}", now(), self.svc.settings.model_id
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def unary(o: Outcome) -> dict[str, Any]:
+            text, logprobs = o.content, None
+            if k > 0:
+                entries = gen.content_logprobs()
+                if echo:
+                    head = gen.echo_logprobs()
+                    shift = sum(len(e.token) for e in head)
+                    for e in entries:
+                        e.offset += shift
+                    entries = head + entries
+                    text = prompt + text
+                logprobs = completion_logprobs(entries)
+            return {"id": cid, "object": "text_completion", "created": created, "model": model,
+                    "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": o.finish_reason}],
+                    "usage": usage(o)}
+
+        def chunk(text: str, finish: str | None = None) -> bytes:
+            c: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": model,
+                                 "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+            if include_usage:
+                c["usage"] = None
+            return sse(c)
+
+        def chunks(g: Generation) -> Iterator[bytes]:
+            for d in g.deltas():
+                if d is None:
+                    yield b": keepalive\n\n"
+                elif d.text:
+                    yield chunk(d.text)
+            o = g.outcome
+            assert o is not None
+            yield chunk("", o.finish_reason)
+            if include_usage:
+                yield sse({"id": cid, "object": "text_completion", "created": created, "model": model,
+                           "choices": [], "usage": usage(o)})
+            yield b"data: [DONE]\n\n"
+
+        self._respond(resp, gen, bool(body.get("stream")), unary, chunks)
+
+
+class RenderResource:
+    """colibri extension: the prompt a chat request would be given, without generating."""
+
+    def __init__(self, service: Service):
+        self.svc = service
+
+    def on_post(self, req: Any, resp: Any) -> None:
+        body = read_body(req)
+        self.svc.validate("render", body)
+        rendered, ids = self.svc.render(from_openai_chat(body))
+        resp.data = dumps({"object": "render", "family": self.svc.settings.family, "prompt": rendered.text,
+                           "tokens": ids, "tools_offered": [t["name"] for t in rendered.tools_offered],
+                           "continuation": rendered.continuation})
+        resp.content_type = "application/json"

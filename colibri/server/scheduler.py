@@ -1,0 +1,316 @@
+"""Admission queue, KV slots and the one engine thread.
+
+HTTP threads parse, render and tokenize, then hand a `Task` to `Scheduler.admit`, which
+blocks until the task holds a slot (or raises queue_full / queue_timeout /
+scheduler_closed). The engine thread prefills admitted tasks between decode steps and
+advances every decoding task together in one batched step; each task gets exactly the
+tokens it would get alone. Results flow back through the task's event queue. A consumer
+that no longer wants tokens (a stop matched, the client left) sets a flag the engine thread
+reads before the next step.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import error
+
+BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+
+
+def conversation_slot(messages: list[dict[str, Any]], n_slots: int) -> int:
+    """Stable slot for a conversation: hash of the messages up to the first user message, so
+    every turn of one conversation lands where its prefix is cached."""
+    if n_slots <= 1:
+        return 0
+    head = []
+    for m in messages:
+        head.append(m)
+        if m.get("role") == "user":
+            break
+    digest = hashlib.sha1(json.dumps(head, sort_keys=True, ensure_ascii=False).encode()).digest()
+    return int.from_bytes(digest[:8], "big") % n_slots
+
+
+def _seed_state(seed: int | None) -> int:
+    """A non-zero xorshift state: splitmix64 of the seed, or of fresh entropy."""
+    x = (seed if seed is not None else int.from_bytes(np.random.bytes(8), "little")) & (2**64 - 1)
+    x = (x + 0x9E3779B97F4A7C15) & (2**64 - 1)
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
+    return (x ^ (x >> 31)) or 1
+
+
+@dataclass
+class TokenRecord:
+    token: int
+    logprob: float | None = None
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class Task:
+    prompt: list[int]
+    max_new: int
+    end_tokens: frozenset[int]
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    top_k_logprobs: int = -1  # -1: no logprobs; k >= 0: chosen token's logprob plus k alternatives
+    echo: bool = False  # prompt logprobs (prefill without reuse, every position)
+    slot: int | None = None  # pinned slot, or None for any free slot
+    events: queue.Queue = field(default_factory=queue.Queue)
+    stop_requested: bool = False
+    cancelled: bool = False
+    # filled by the scheduler
+    assigned: int = -1
+    n_reused: int = 0
+    generated: int = 0
+    queue_wait: float = 0.0
+    rng: int = 0
+    logits: Any = None
+    next_token: int = -1
+    admitted_at: float = 0.0
+    first_output: bool = False
+
+    def stop(self) -> None:
+        self.stop_requested = True
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Metrics:
+    """The colibri_scheduler_* series; a registry is injected so tests read their own."""
+
+    def __init__(self, registry: Any = None):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        p = "colibri_scheduler_"
+        self.active = Gauge(p + "active", "Requests holding a KV slot", registry=r)
+        self.queued = Gauge(p + "queued", "Requests waiting for admission", registry=r)
+        self.capacity = Gauge(p + "capacity", "KV slot capacity", registry=r)
+        self.max_queue = Gauge(p + "max_queue", "Admission queue limit", registry=r)
+        self.admitted = Counter(p + "admitted", "Requests admitted to a KV slot", registry=r)
+        self.completed = Counter(p + "completed", "Admitted requests that returned normally", registry=r)
+        self.failed = Counter(p + "failed", "Admitted requests that raised an error", registry=r)
+        self.rejected = Counter(p + "rejected", "Queue-full refusals", registry=r)
+        self.timed_out = Counter(p + "timed_out", "Queue timeouts", registry=r)
+        self.cancelled = Counter(p + "cancelled", "Requests cancelled before or during admitted work", registry=r)
+        self.queue_wait = Histogram(p + "queue_wait_seconds", "Wait until admission (admitted requests)",
+                                    buckets=BUCKETS, registry=r)
+        self.slot_duration = Histogram(p + "slot_duration_seconds", "Slot occupancy until release",
+                                       buckets=BUCKETS, registry=r)
+        self.first_output = Histogram(p + "first_output_seconds", "Engine-call start to first token",
+                                      buckets=BUCKETS, registry=r)
+        self.engine_call = Histogram(p + "engine_call_seconds", "Duration of each finished engine call",
+                                     buckets=BUCKETS, registry=r)
+
+
+class Scheduler:
+    def __init__(self, engine: Any, *, n_slots: int, max_queue: int = 8, queue_timeout: float = 300.0,
+                 metrics: Metrics | None = None, step_delay: float = 0.0):
+        from .. import _engine
+
+        self._sample, self._logprobs = _engine.sample, _engine.logprobs
+        self.engine = engine
+        self.n_slots = n_slots
+        self.max_queue = max_queue
+        self.queue_timeout = queue_timeout
+        self.metrics = metrics or Metrics()
+        self.metrics.capacity.set(n_slots)
+        self.metrics.max_queue.set(max_queue)
+        self.step_delay = step_delay  # test hook: slows every engine step
+        self.lock = threading.Condition()
+        self.waiters: deque[Task] = deque()
+        self.busy: set[int] = set()
+        self.to_prefill: deque[Task] = deque()
+        self.decoding: list[Task] = []
+        self.closed = False
+        self.counts = dict.fromkeys(("admitted", "completed", "failed", "rejected", "timed_out", "cancelled"), 0)
+        self.thread = threading.Thread(target=self._run, name="colibri-engine", daemon=True)
+        self.thread.start()
+
+    # ------------------------------------------------------------------ admission (HTTP threads)
+
+    def _free_for(self, task: Task, ahead: list[Task]) -> int | None:
+        """A slot `task` may take now without jumping an older waiter's reservation."""
+        reserved: set[int] = set()
+        for w in ahead:
+            if w.slot is None:
+                return None  # an older any-slot waiter has priority over every free slot
+            reserved.add(w.slot)
+        free = [s for s in range(self.n_slots) if s not in self.busy and s not in reserved]
+        if task.slot is not None:
+            return task.slot if task.slot in free else None
+        return free[0] if free else None
+
+    def admit(self, task: Task) -> None:
+        """Block until `task` holds a slot; raises the queue's named errors."""
+        start = time.monotonic()
+        with self.lock:
+            if self.closed:
+                raise error("scheduler_closed")
+            slot = self._free_for(task, list(self.waiters))
+            if slot is None:
+                if len(self.waiters) >= self.max_queue:
+                    self.counts["rejected"] += 1
+                    self.metrics.rejected.inc()
+                    raise error("queue_full")
+                self.waiters.append(task)
+                self.metrics.queued.set(len(self.waiters))
+                deadline = start + self.queue_timeout
+                try:
+                    while True:
+                        self.lock.wait(timeout=min(0.25, max(0.0, deadline - time.monotonic())))
+                        if self.closed:
+                            raise error("scheduler_closed")
+                        if task.cancelled:
+                            self.counts["cancelled"] += 1
+                            self.metrics.cancelled.inc()
+                            raise ClientGone()
+                        if time.monotonic() >= deadline:
+                            self.counts["timed_out"] += 1
+                            self.metrics.timed_out.inc()
+                            raise error("queue_timeout")
+                        ahead = list(self.waiters)[: self.waiters.index(task)]
+                        slot = self._free_for(task, ahead)
+                        if slot is not None:
+                            break
+                finally:
+                    self.waiters.remove(task)
+                    self.metrics.queued.set(len(self.waiters))
+                    self.lock.notify_all()
+            task.assigned = slot
+            task.queue_wait = time.monotonic() - start
+            task.admitted_at = time.monotonic()
+            task.rng = _seed_state(task.seed)
+            self.busy.add(slot)
+            self.counts["admitted"] += 1
+            self.metrics.admitted.inc()
+            self.metrics.active.set(len(self.busy))
+            self.metrics.queue_wait.observe(task.queue_wait)
+            self.to_prefill.append(task)
+            self.lock.notify_all()
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.lock.notify_all()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {"active": len(self.busy), "queued": len(self.waiters), "capacity": self.n_slots,
+                    "max_queue": self.max_queue, "queue_timeout_seconds": self.queue_timeout, **self.counts}
+
+    # ------------------------------------------------------------------ the engine thread
+
+    def _release(self, task: Task, outcome: str) -> None:
+        with self.lock:
+            self.busy.discard(task.assigned)
+            self.counts[outcome] += 1
+            getattr(self.metrics, outcome).inc()
+            self.metrics.active.set(len(self.busy))
+            self.metrics.slot_duration.observe(time.monotonic() - task.admitted_at)
+            self.metrics.engine_call.observe(time.monotonic() - task.admitted_at)
+            self.lock.notify_all()
+
+    def _finish(self, task: Task, reason: str) -> None:
+        if task.cancelled:
+            self._release(task, "cancelled")
+        else:
+            task.events.put(("done", reason))
+            self._release(task, "completed")
+
+    def _fail(self, task: Task, exc: BaseException) -> None:
+        task.events.put(("error", exc))
+        self._release(task, "cancelled" if task.cancelled else "failed")
+
+    def _record(self, task: Task, logits: Any, token: int) -> TokenRecord:
+        if task.top_k_logprobs < 0:
+            return TokenRecord(token)
+        lp, ids, lps = self._logprobs(logits, token, task.top_k_logprobs)
+        return TokenRecord(token, lp, list(zip(ids, lps, strict=True)))
+
+    def _prefill(self, task: Task) -> None:
+        if task.echo:
+            task.n_reused, all_logits = self.engine.prefill(task.assigned, task.prompt, reuse=False, all_logits=True)
+            echo = [TokenRecord(task.prompt[0])]
+            for i in range(1, len(task.prompt)):
+                echo.append(self._record(task, all_logits[i - 1], task.prompt[i]))
+            task.logits = all_logits[-1]
+        else:
+            task.n_reused, task.logits = self.engine.prefill(task.assigned, task.prompt)
+            echo = []
+        task.events.put(("accepted", {"prompt_tokens": len(task.prompt), "reused": task.n_reused,
+                                      "queue_wait": task.queue_wait, "echo": echo}))
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                while not self.to_prefill and not self.decoding and not self.closed:
+                    self.lock.wait()
+                if self.closed and not self.to_prefill and not self.decoding:
+                    return
+                batch = list(self.to_prefill)
+                self.to_prefill.clear()
+            for task in batch:
+                try:
+                    if task.cancelled:
+                        self._release(task, "cancelled")
+                        continue
+                    self._prefill(task)
+                    self.decoding.append(task)
+                except Exception as exc:  # engine faults fail this request only
+                    self._fail(task, exc)
+            if self.step_delay:
+                time.sleep(self.step_delay)
+            try:
+                self._step()
+            except Exception as exc:
+                for task in self.decoding:
+                    self._fail(task, exc)
+                self.decoding.clear()
+
+    def _step(self) -> None:
+        """Sample a token for every decoding task, then advance the ones that go on together."""
+        go: list[Task] = []
+        for task in list(self.decoding):
+            if task.cancelled or task.stop_requested:
+                self.decoding.remove(task)
+                self._finish(task, "stop")
+                continue
+            token, task.rng = self._sample(task.logits, task.temperature, task.top_p, task.rng)
+            if token in task.end_tokens:
+                self.decoding.remove(task)
+                self._finish(task, "stop")
+                continue
+            task.events.put(("token", self._record(task, task.logits, token)))
+            task.generated += 1
+            if not task.first_output:
+                task.first_output = True
+                self.metrics.first_output.observe(time.monotonic() - task.admitted_at)
+            if task.generated >= task.max_new:
+                self.decoding.remove(task)
+                self._finish(task, "length")
+                continue
+            task.next_token = token
+            go.append(task)
+        if go:
+            logits = self.engine.decode([t.assigned for t in go], [t.next_token for t in go])
+            for t, row in zip(go, logits, strict=True):
+                t.logits = row
+
+
+class ClientGone(Exception):
+    """The client went away while its request was queued or generating."""

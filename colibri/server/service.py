@@ -1,0 +1,95 @@
+"""What every endpoint shares: settings, the spec and its compiled validators, the model and
+family, the scheduler. `create_app` builds one Service and hands it to the resources."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import Model
+from ..spec import RequestValidator, Spec, load_spec
+from .errors import error
+from .generation import Generation
+from .generation import Spec as GenSpec
+from .prompt import ChatInput, Rendered, render_chat
+from .scheduler import Metrics, Scheduler, Task
+
+DEFAULT_CORS = ("http://127.0.0.1:8000", "http://localhost:8000", "http://127.0.0.1:5173", "http://localhost:5173")
+
+
+@dataclass
+class Settings:
+    model_id: str = "colibri-tiny"
+    family: str = "glm"
+    kv_slots: int = 4
+    max_queue: int = 8
+    queue_timeout: float = 300.0
+    max_tokens: int = 1024
+    api_key: str | None = None
+    allowed_hosts: list[str] = field(default_factory=list)
+    cors_origins: list[str] = field(default_factory=lambda: list(DEFAULT_CORS))
+    continue_assistant: bool = True
+    keepalive_seconds: float = 10.0
+    host: str = "127.0.0.1"
+    port: int = 8000
+    n_threads: int = 0
+    step_delay: float = 0.0  # test hook: slows each engine step
+
+    def validator_settings(self) -> dict[str, Any]:
+        return {"model_id": self.model_id, "kv_slots": self.kv_slots, "continue_assistant": self.continue_assistant}
+
+
+class Service:
+    def __init__(self, settings: Settings, *, model: Model | None = None, spec: Spec | None = None,
+                 scheduler: Scheduler | None = None, registry: Any = None):
+        self.settings = settings
+        self.spec = spec or load_spec()
+        if settings.family not in self.spec.families:
+            raise ValueError(f"unknown family {settings.family!r} (known: {', '.join(self.spec.families)})")
+        self.family = self.spec.families[settings.family].row
+        self.model = model or Model()
+        self.template = self.model.template(self.family["template"])
+        self.end_tokens = frozenset(i for t in self.family.get("end_tokens", []) if (i := self.model.token_id(t)) is not None)
+        self.metrics = scheduler.metrics if scheduler else Metrics(registry)
+        self.scheduler = scheduler or Scheduler(
+            self.model.engine(n_slots=settings.kv_slots, n_threads=settings.n_threads), n_slots=settings.kv_slots,
+            max_queue=settings.max_queue, queue_timeout=settings.queue_timeout, metrics=self.metrics,
+            step_delay=settings.step_delay)
+        self.validators = {ep: RequestValidator(self.spec, ep, settings.family, settings.validator_settings())
+                           for ep in ("chat", "completions", "messages", "render")}
+        self.started = int(time.time())
+
+    def validate(self, endpoint: str, body: dict[str, Any]) -> None:
+        failure = self.validators[endpoint].first_failure(body)
+        if failure is not None:
+            raise error(failure.code, failure.message, param=failure.param, rule_id=failure.rule_id)
+
+    def render(self, chat: ChatInput) -> tuple[Rendered, list[int]]:
+        rendered = render_chat(self.family, self.template, chat, continue_assistant=self.settings.continue_assistant)
+        return rendered, self.model.encode(rendered.text)
+
+    def budget(self, prompt: list[int], requested: int | None, param: str) -> int:
+        """Tokens the answer may have: the request's ceiling, clamped to the server's and to
+        the room the context leaves. Only a prompt with no room at all is refused."""
+        n_ctx = self.model.config.n_ctx
+        if len(prompt) >= n_ctx:
+            raise error("context_length_exceeded",
+                        f"The model's context is {n_ctx} tokens and the prompt alone takes {len(prompt)}; "
+                        "shorten it.", param=param)
+        return max(1, min(requested or self.settings.max_tokens, self.settings.max_tokens, n_ctx - len(prompt)))
+
+    def generation(self, task: Task, *, stops: list[str], ignore_leading: bool, thinking: bool,
+                   tools: list[dict[str, Any]], strict_tools: bool = False, strip: bool = True) -> Generation:
+        spec = GenSpec(stops=stops, ignore_leading=ignore_leading, thinking=thinking, tools=tools,
+                       tool_format=self.family["tool_format"], strict_tools=strict_tools,
+                       keepalive=self.settings.keepalive_seconds, strip=strip)
+        return Generation(self.scheduler, task, self.model.token_bytes, spec)
+
+    def task(self, prompt: list[int], body: dict[str, Any], *, max_new: int, slot: int | None,
+             logprobs_k: int = -1, echo: bool = False) -> Task:
+        temperature = body.get("temperature")
+        top_p = body.get("top_p")
+        return Task(prompt=prompt, max_new=max_new, end_tokens=self.end_tokens,
+                    temperature=1.0 if temperature is None else float(temperature),
+                    top_p=1.0 if top_p is None else float(top_p), seed=body.get("seed"),
+                    top_k_logprobs=logprobs_k, echo=echo, slot=slot)
