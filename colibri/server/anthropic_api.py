@@ -53,7 +53,7 @@ def to_chat_input(body: dict[str, Any]) -> ChatInput:
     choice = body.get("tool_choice")
     mapped: Any = None
     if isinstance(choice, dict):
-        mapped = {"auto": "auto", "any": "required", "none": "none"}.get(choice.get("type"))
+        mapped = {"auto": "auto", "any": "required", "none": "none"}.get(str(choice.get("type")))
         if choice.get("type") == "tool":
             mapped = {"name": choice["name"]}
     thinking = isinstance(body.get("thinking"), dict) and body["thinking"].get("type") == "enabled"

@@ -116,8 +116,9 @@ def handle_api_error(req: Any, resp: Any, ex: ApiError, params: Any) -> None:
 def handle_http_error(req: Any, resp: Any, ex: falcon.HTTPError, params: Any) -> None:
     if ex.status_code == 405:
         _send(req, resp, error("method_not_allowed"))
-        if ex.headers and "Allow" in ex.headers:
-            resp.set_header("Allow", ex.headers["Allow"])
+        allow = dict(ex.headers or {}).get("Allow")
+        if allow:
+            resp.set_header("Allow", allow)
     elif ex.status_code == 404:
         _send(req, resp, error("not_found"))
     else:
@@ -182,7 +183,8 @@ class OpenAPI:
 def create_app(service: Service) -> falcon.App:
     """The WSGI app over an already built Service (tests pass one with fakes injected)."""
     s = service.settings
-    app = falcon.App(middleware=[RequestId(), HostGuard(s), Cors(s), Auth(s)], media_type="application/json")
+    middleware: list[Any] = [RequestId(), HostGuard(s), Cors(s), Auth(s)]
+    app = falcon.App(middleware=middleware, media_type="application/json")
     app.req_options.strip_url_path_trailing_slash = True
     models = Models(service)
     app.add_route("/v1/models", models)
