@@ -175,7 +175,7 @@ class Generation:
         yield from self._through(self.stop_filter.finish())
         for kind, q in self.splitter.finish():
             yield from self._route(kind, q)
-        flushed, withheld = self.shaper.finish()
+        flushed, withheld = self.shaper.finish(keep_trailing=self.stop_filter.matched is not None)
         for c in flushed:
             self.content.append(c)
             yield Delta("content", c.text)

@@ -92,7 +92,9 @@ class Metrics:
     """The colibri_scheduler_* series; a registry is injected so tests read their own."""
 
     def __init__(self, registry: Any = None):
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+        disable_created_metrics()  # the spec names exactly the series it wants; no *_created
 
         self.registry = registry or CollectorRegistry()
         r = self.registry

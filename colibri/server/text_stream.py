@@ -206,10 +206,11 @@ class ContentShaper:
     def _cut(joined: str, base: int, n: int) -> list[Piece]:
         return [Piece(base, joined[:n])] if n > 0 else []
 
-    def finish(self) -> tuple[list[Piece], Piece | None]:
-        """Flush: a held partial marker is text after all; trailing whitespace is dropped."""
+    def finish(self, keep_trailing: bool = False) -> tuple[list[Piece], Piece | None]:
+        """Flush: a held partial marker is text after all; trailing whitespace is dropped unless
+        the client's stop sequence ended the text (then the text before it is returned as is)."""
         joined = "".join(p.text for p in self.pending)
-        keep = len(joined.rstrip()) if self.strip else len(joined)
+        keep = len(joined.rstrip()) if self.strip and not keep_trailing else len(joined)
         out = self._cut(joined, self.pending[0].offset, keep) if self.pending else []
         self.pending = []
         return out, self.withheld

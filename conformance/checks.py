@@ -1,0 +1,556 @@
+"""The named checks of spec/checks.yaml, and the evaluation of one vector's expectations.
+
+A check is a plain function over a `CheckContext`; it raises `CheckFailure` carrying what
+was expected and what was seen. `evaluate` runs a vector's expectations (status, error
+code/param/type, JSON paths, absent paths, headers) and then its named checks.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from colibri.schemas import validator
+from colibri.spec.paths import MISSING, get
+
+from .exchange import Exchange
+
+
+class CheckFailure(Exception):
+    def __init__(self, check: str, expected: Any, actual: Any):
+        self.check, self.expected, self.actual = check, expected, actual
+        super().__init__(f"{check}: expected {expected!r}, got {actual!r}")
+
+
+class NotApplicable(Exception):
+    """The check needs something this target or run cannot give (a live socket, say)."""
+
+
+@dataclass
+class Answer:
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[tuple[str, Any]] = field(default_factory=list)
+    finish: str | None = None
+    raw_arguments: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class CheckContext:
+    spec: Any
+    vector: Any
+    exchange: Exchange
+    body: dict[str, Any] | None
+    target: Any
+    before: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.vector.endpoint)
+
+    def resend(self, body: dict[str, Any]) -> Exchange:
+        ep = self.spec.endpoints[self.endpoint]
+        return self.target.send("POST", ep.path, json.dumps(body).encode(), self.vector.headers)
+
+
+def _args(raw: Any) -> Any:
+    try:
+        return json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return raw
+
+
+def answer(ex: Exchange, endpoint: str) -> Answer:
+    """The answer an exchange carries, unary or reassembled from a stream."""
+    a = Answer()
+    if not ex.is_sse:
+        doc = ex.json()
+        if endpoint == "messages":
+            for b in doc.get("content", []):
+                if b["type"] == "text":
+                    a.content += b["text"]
+                elif b["type"] == "thinking":
+                    a.reasoning += b.get("thinking", "")
+                elif b["type"] == "tool_use":
+                    a.tool_calls.append((b["name"], b["input"]))
+            a.finish = doc.get("stop_reason")
+        else:
+            ch = doc["choices"][0]
+            if endpoint == "completions":
+                a.content = ch["text"]
+            else:
+                msg = ch["message"]
+                a.content = msg.get("content") or ""
+                a.reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
+                for c in msg.get("tool_calls") or []:
+                    a.raw_arguments.append(c["function"]["arguments"])
+                    a.tool_calls.append((c["function"]["name"], _args(c["function"]["arguments"])))
+            a.finish = ch["finish_reason"]
+        return a
+    events = ex.events()
+    if endpoint == "messages":
+        blocks: dict[int, dict[str, Any]] = {}
+        for e in events:
+            d = e.json()
+            if d["type"] == "content_block_start":
+                blocks[d["index"]] = dict(d["content_block"], _json="")
+            elif d["type"] == "content_block_delta":
+                b, delta = blocks[d["index"]], d["delta"]
+                if delta["type"] == "text_delta":
+                    b["text"] = b.get("text", "") + delta["text"]
+                elif delta["type"] == "thinking_delta":
+                    b["thinking"] = b.get("thinking", "") + delta["thinking"]
+                elif delta["type"] == "input_json_delta":
+                    b["_json"] += delta["partial_json"]
+            elif d["type"] == "message_delta":
+                a.finish = d["delta"].get("stop_reason")
+        for _, b in sorted(blocks.items()):
+            if b["type"] == "text":
+                a.content += b.get("text", "")
+            elif b["type"] == "thinking":
+                a.reasoning += b.get("thinking", "")
+            elif b["type"] == "tool_use":
+                a.tool_calls.append((b["name"], _args(b["_json"] or "{}")))
+        return a
+    calls: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if e.data == "[DONE]":
+            continue
+        d = e.json()
+        for ch in d.get("choices") or []:
+            if endpoint == "completions":
+                a.content += ch.get("text") or ""
+            else:
+                delta = ch.get("delta") or {}
+                a.content += delta.get("content") or ""
+                a.reasoning += delta.get("reasoning_content") or delta.get("reasoning") or ""
+                for tc in delta.get("tool_calls") or []:
+                    c = calls.setdefault(tc.get("index", -1), {"name": "", "arguments": ""})
+                    fn = tc.get("function") or {}
+                    c["name"] += fn.get("name") or ""
+                    c["arguments"] += fn.get("arguments") or ""
+            if ch.get("finish_reason"):
+                a.finish = ch["finish_reason"]
+    for _, c in sorted(calls.items()):
+        a.raw_arguments.append(c["arguments"])
+        a.tool_calls.append((c["name"], _args(c["arguments"])))
+    return a
+
+
+def _data_events(ex: Exchange) -> list[dict[str, Any]]:
+    return [e.json() for e in ex.events() if e.data != "[DONE]"]
+
+
+# ------------------------------------------------------------------ checks
+
+def error_envelope(ctx: CheckContext) -> None:
+    ex = ctx.exchange
+    if ex.status < 400:
+        raise CheckFailure("error_envelope", "an error status", ex.status)
+    anthropic = ctx.spec.endpoints[ctx.endpoint].envelope == "anthropic" and ex.path.startswith("/v1/messages")
+    schema = "error.anthropic.json" if anthropic else "error.openai.json"
+    try:
+        doc = ex.json()
+    except ValueError:
+        raise CheckFailure("error_envelope", f"a JSON body ({schema})", ex.body[:200]) from None
+    errs = list(validator(schema).iter_errors(doc))
+    if errs:
+        raise CheckFailure("error_envelope", schema, f"{errs[0].message} in {ex.body[:200]!r}")
+    code = ctx.vector.expect.get("code")
+    if code and code in ctx.spec.errors:
+        want = ctx.spec.errors[code]
+        got_type = doc["error"]["type"]
+        exp_type = want.anthropic_type if anthropic else want.type
+        if got_type != exp_type:
+            raise CheckFailure("error_envelope", f"type {exp_type}", got_type)
+
+
+def response_schema(ctx: CheckContext) -> None:
+    ex, ep = ctx.exchange, ctx.spec.endpoints[ctx.endpoint]
+    if not ex.is_sse:
+        if not ep.response_schema:
+            return
+        errs = list(validator(ep.response_schema).iter_errors(ex.json()))
+        if errs:
+            raise CheckFailure("response_schema", ep.response_schema, f"{errs[0].message} at {list(errs[0].absolute_path)}")
+        return
+    schema = {"chat": "chat.chunk.json", "completions": "completions.response.json", "messages": "messages.event.json"}[ctx.endpoint]
+    v = validator(schema)
+    for d in _data_events(ex):
+        errs = list(v.iter_errors(d))
+        if errs:
+            raise CheckFailure("response_schema", schema, f"{errs[0].message} in {d}")
+
+
+def usage_arithmetic(ctx: CheckContext) -> None:
+    ex = ctx.exchange
+    docs = [d for d in _data_events(ex) if d.get("usage")] if ex.is_sse else [ex.json()]
+    if not docs:
+        raise CheckFailure("usage_arithmetic", "a usage object", None)
+    u = docs[-1]["usage"]
+    p, c, t = u.get("prompt_tokens"), u.get("completion_tokens"), u.get("total_tokens")
+    if not all(isinstance(x, int) and x >= 0 for x in (p, c, t)) or p + c != t:
+        raise CheckFailure("usage_arithmetic", "total = prompt + completion, non-negative integers", u)
+
+
+def one_finish_reason(ctx: CheckContext) -> None:
+    chunks = [d for d in _data_events(ctx.exchange) if d.get("choices")]
+    reasons = [(i, ch["finish_reason"]) for i, d in enumerate(chunks) for ch in d["choices"] if ch.get("finish_reason")]
+    if len(reasons) != 1 or reasons[0][0] != len(chunks) - 1:
+        raise CheckFailure("one_finish_reason", "exactly one finish_reason, in the last choice chunk",
+                           f"{len(reasons)} at chunk(s) {[i for i, _ in reasons]} of {len(chunks)}")
+
+
+def role_first(ctx: CheckContext) -> None:
+    chunks = _data_events(ctx.exchange)
+    role = chunks[0]["choices"][0]["delta"].get("role") if chunks and chunks[0].get("choices") else None
+    if role != "assistant":
+        raise CheckFailure("role_first", "assistant", role)
+
+
+def done_sentinel(ctx: CheckContext) -> None:
+    events = ctx.exchange.events()
+    last = events[-1].data if events else None
+    if last != "[DONE]":
+        raise CheckFailure("done_sentinel", "[DONE]", last)
+
+
+def sse_framing(ctx: CheckContext) -> None:
+    ex = ctx.exchange
+    if not ex.is_sse:
+        raise CheckFailure("sse_framing", "text/event-stream", ex.header("content-type"))
+    if ex.body.startswith(b"\xef\xbb\xbf") or not ex.body.endswith(b"\n\n"):
+        raise CheckFailure("sse_framing", "no BOM, events ended by a blank line", ex.body[-40:])
+    for e in ex.events():
+        if e.data == "[DONE]":
+            continue
+        try:
+            if not isinstance(e.json(), dict):
+                raise ValueError
+        except ValueError:
+            raise CheckFailure("sse_framing", "every data payload a JSON object", e.data[:100]) from None
+
+
+def usage_chunk_last(ctx: CheckContext) -> None:
+    chunks = _data_events(ctx.exchange)
+    with_usage = [i for i, d in enumerate(chunks) if d.get("usage") is not None]
+    if with_usage != [len(chunks) - 1] or chunks[-1].get("choices") != []:
+        raise CheckFailure("usage_chunk_last", "one final usage chunk with choices []", with_usage)
+    if any("usage" not in d for d in chunks[:-1]):
+        raise CheckFailure("usage_chunk_last", "usage: null on every other chunk", "a chunk without the key")
+
+
+def tool_call_delta_index(ctx: CheckContext) -> None:
+    seen: set[int] = set()
+    for d in _data_events(ctx.exchange):
+        for ch in d.get("choices") or []:
+            for tc in (ch.get("delta") or {}).get("tool_calls") or []:
+                idx = tc.get("index")
+                if not isinstance(idx, int):
+                    raise CheckFailure("tool_call_delta_index", "an integer index", tc)
+                if idx not in seen:
+                    seen.add(idx)
+                    if not (tc.get("id") and tc.get("type") == "function" and (tc.get("function") or {}).get("name")):
+                        raise CheckFailure("tool_call_delta_index", "id, type and name in the first fragment", tc)
+    if not seen:
+        raise NotApplicable("the model made no tool call")
+
+
+def arguments_json_string(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    if not a.tool_calls:
+        raise NotApplicable("the model made no tool call")
+    for raw in a.raw_arguments:
+        if not isinstance(raw, str) or not isinstance(_args(raw), dict):
+            raise CheckFailure("arguments_json_string", "a JSON object encoded as a string", raw)
+
+
+def logprob_join(ctx: CheckContext) -> None:
+    doc = ctx.exchange.json()
+    ch = doc["choices"][0]
+    if ctx.endpoint == "completions":
+        joined, text = "".join(ch["logprobs"]["tokens"]), ch["text"]
+    else:
+        joined, text = "".join(e["token"] for e in ch["logprobs"]["content"]), ch["message"]["content"] or ""
+        b = bytes(x for e in ch["logprobs"]["content"] for x in e["bytes"])
+        if b != text.encode():
+            raise CheckFailure("logprob_join", "bytes joined = UTF-8 of the content", b)
+    if joined != text:
+        raise CheckFailure("logprob_join", text, joined)
+
+
+def text_offset_chars(ctx: CheckContext) -> None:
+    lp = ctx.exchange.json()["choices"][0]["logprobs"]
+    pos, want = 0, []
+    for t in lp["tokens"]:
+        want.append(pos)
+        pos += len(t)
+    if lp["text_offset"] != want:
+        raise CheckFailure("text_offset_chars", want, lp["text_offset"])
+
+
+def _stops(body: dict[str, Any] | None) -> list[str]:
+    body = body or {}
+    s = body.get("stop", body.get("stop_sequences"))
+    return [s] if isinstance(s, str) else list(s or [])
+
+
+def no_stop_text(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    for s in _stops(ctx.body):
+        if s in a.content:
+            raise CheckFailure("no_stop_text", f"no {s!r} in the text", a.content)
+
+
+def stream_equals_unary(ctx: CheckContext) -> None:
+    assert ctx.body is not None
+    other = ctx.resend(dict(ctx.body, stream=not ctx.body.get("stream"), **(
+        {} if ctx.body.get("stream") or ctx.endpoint == "messages" else {})))
+    if ctx.body.get("stream"):
+        stream_ex, unary_ex = ctx.exchange, other
+    else:
+        stream_ex, unary_ex = other, ctx.exchange
+    if unary_ex.status != 200 or stream_ex.status != 200:
+        raise CheckFailure("stream_equals_unary", "200 in both modes", (unary_ex.status, stream_ex.status))
+    u, s = answer(unary_ex, ctx.endpoint), answer(stream_ex, ctx.endpoint)
+    if (u.content, u.reasoning, u.tool_calls, u.finish) != (s.content, s.reasoning, s.tool_calls, s.finish):
+        raise CheckFailure("stream_equals_unary", u, s)
+
+
+def anthropic_event_order(ctx: CheckContext) -> None:
+    names = [e.event for e in ctx.exchange.events() if e.event != "ping"]
+    for e in ctx.exchange.events():
+        if e.json().get("type") != e.event:
+            raise CheckFailure("anthropic_event_order", "data.type equal to the event name", (e.event, e.data[:80]))
+    if not names or names[0] != "message_start" or names[-2:] != ["message_delta", "message_stop"]:
+        raise CheckFailure("anthropic_event_order", "message_start ... message_delta, message_stop", names)
+    expected_index, open_index = 0, None
+    for e in ctx.exchange.events():
+        d = e.json()
+        if e.event == "content_block_start":
+            if open_index is not None or d["index"] != expected_index:
+                raise CheckFailure("anthropic_event_order", f"block {expected_index} starts after the last stopped", names)
+            open_index = d["index"]
+        elif e.event == "content_block_delta" and d["index"] != open_index:
+            raise CheckFailure("anthropic_event_order", f"deltas for the open block {open_index}", d["index"])
+        elif e.event == "content_block_stop":
+            if d["index"] != open_index:
+                raise CheckFailure("anthropic_event_order", f"stop of block {open_index}", d["index"])
+            open_index, expected_index = None, expected_index + 1
+    if open_index is not None:
+        raise CheckFailure("anthropic_event_order", "every block stopped", f"block {open_index} open")
+
+
+def reasoning_not_in_content(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    for marker in ("<think>", "</think>", "<tool_call>", "</tool_call>"):
+        if marker in a.content:
+            raise CheckFailure("reasoning_not_in_content", f"no {marker} in content", a.content)
+
+
+def request_id_header(ctx: CheckContext) -> None:
+    if not ctx.exchange.header("x-request-id"):
+        raise CheckFailure("request_id_header", "an x-request-id header", None)
+
+
+def _render(ctx: CheckContext) -> dict[str, Any]:
+    return dict(ctx.exchange.json())
+
+
+def prompt_has_required_instruction(ctx: CheckContext) -> None:
+    prompt = _render(ctx)["prompt"]
+    if "You must call a tool." not in prompt:
+        raise CheckFailure("prompt_has_required_instruction", "the required-call instruction line", prompt[-200:])
+
+
+def prompt_forced_tool_applied(ctx: CheckContext) -> None:
+    doc = _render(ctx)
+    fam = ctx.spec.families[doc["family"]].row
+    body = ctx.body or {}
+    name = body["tool_choice"]["function"]["name"]
+    declared = [t["function"]["name"] for t in body.get("tools", [])]
+    strategy = fam["forced_tool_choice"]
+    want = [name] if strategy in ("narrow", "narrow-and-name") else declared
+    if doc["tools_offered"] != want:
+        raise CheckFailure("prompt_forced_tool_applied", f"{strategy}: tools {want}", doc["tools_offered"])
+    named = f"You must call the function {name}." in doc["prompt"]
+    if named != (strategy == "narrow-and-name"):
+        raise CheckFailure("prompt_forced_tool_applied", f"{strategy}: named in prose = {not named}", named)
+
+
+def reasoning_present(ctx: CheckContext) -> None:
+    if not answer(ctx.exchange, ctx.endpoint).reasoning.strip():
+        raise CheckFailure("reasoning_present", "non-empty reasoning", "")
+
+
+def reasoning_absent(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    if a.reasoning:
+        raise CheckFailure("reasoning_absent", "no reasoning", a.reasoning)
+
+
+def continuation_not_repeated(ctx: CheckContext) -> None:
+    prefix = (ctx.body or {})["messages"][-1]["content"]
+    a = answer(ctx.exchange, ctx.endpoint)
+    if isinstance(prefix, str) and prefix and a.content.startswith(prefix):
+        raise CheckFailure("continuation_not_repeated", f"an answer not starting with {prefix!r}", a.content)
+
+
+def prompt_ends_with_generation_cue(ctx: CheckContext) -> None:
+    doc = _render(ctx)
+    last = (ctx.body or {})["messages"][-1]["content"]
+    if doc["continuation"] or doc["prompt"].rstrip().endswith(last):
+        raise CheckFailure("prompt_ends_with_generation_cue", "a new assistant cue after the closed turn", doc["prompt"][-80:])
+
+
+def no_replacement_char(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    if "\ufffd" in a.content + a.reasoning:
+        raise CheckFailure("no_replacement_char", "no U+FFFD", a.content)
+
+
+def keepalive_seen(ctx: CheckContext) -> None:
+    ex = ctx.exchange
+    if not ex.comments() and not any(e.event == "ping" for e in ex.events()):
+        raise CheckFailure("keepalive_seen", "an SSE comment or ping", "none")
+
+
+def repeatable(ctx: CheckContext) -> None:
+    assert ctx.body is not None
+    again = ctx.resend(ctx.body)
+    a, b = answer(ctx.exchange, ctx.endpoint), answer(again, ctx.endpoint)
+    if (a.content, a.tool_calls, a.finish) != (b.content, b.tool_calls, b.finish):
+        raise CheckFailure("repeatable", a, b)
+
+
+def scheduler_accounting(ctx: CheckContext) -> None:
+    s = ctx.exchange.json().get("scheduler")
+    if s is None:
+        raise NotApplicable("the health snapshot is not shown to this caller")
+    if s["active"] != 0 or s["admitted"] != s["completed"] + s["failed"] + s["cancelled"]:
+        raise CheckFailure("scheduler_accounting", "active 0, admitted = completed + failed + cancelled", s)
+
+
+METRIC_FAMILIES = {
+    "colibri_scheduler_active": "gauge", "colibri_scheduler_queued": "gauge", "colibri_scheduler_capacity": "gauge",
+    "colibri_scheduler_max_queue": "gauge", "colibri_scheduler_admitted": "counter",
+    "colibri_scheduler_completed": "counter", "colibri_scheduler_failed": "counter",
+    "colibri_scheduler_rejected": "counter", "colibri_scheduler_timed_out": "counter",
+    "colibri_scheduler_cancelled": "counter", "colibri_scheduler_queue_wait_seconds": "histogram",
+    "colibri_scheduler_slot_duration_seconds": "histogram", "colibri_scheduler_first_output_seconds": "histogram",
+    "colibri_scheduler_engine_call_seconds": "histogram"}
+BUCKET_LABELS = ["0.001", "0.01", "0.05", "0.1", "0.5", "1.0", "5.0", "10.0", "30.0", "60.0", "300.0", "+Inf"]
+
+
+def _metrics(text: str) -> dict[str, Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: f for f in text_string_to_metric_families(text) if f.name.startswith("colibri_scheduler_")}
+
+
+def metrics_series(ctx: CheckContext) -> None:
+    fams = _metrics(ctx.exchange.body.decode())
+    got = {n: f.type for n, f in fams.items()}
+    if got != METRIC_FAMILIES:
+        raise CheckFailure("metrics_series", METRIC_FAMILIES, got)
+    for f in fams.values():
+        for s in f.samples:
+            extra = set(s.labels) - {"le"}
+            if extra:
+                raise CheckFailure("metrics_series", "no label but le", (s.name, s.labels))
+            if s.name.endswith("_created"):
+                raise CheckFailure("metrics_series", "no _created series", s.name)
+        if f.type == "histogram":
+            les = [s.labels["le"] for s in f.samples if s.name.endswith("_bucket")]
+            if [str(float(x)) if x != "+Inf" else x for x in les] != BUCKET_LABELS:
+                raise CheckFailure("metrics_series", BUCKET_LABELS, les)
+
+
+def counters(target: Any) -> dict[str, float]:
+    ex = target.send("GET", "/metrics", None, {})
+    return {s.name: s.value for f in _metrics(ex.body.decode()).values() for s in f.samples
+            if s.name.endswith("_total")}
+
+
+def metrics_unchanged(ctx: CheckContext) -> None:
+    after = counters(ctx.target)
+    if after != ctx.before.get("counters"):
+        raise CheckFailure("metrics_unchanged", ctx.before.get("counters"), after)
+
+
+def tool_names_declared(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    if not a.tool_calls:
+        raise NotApplicable("the model made no tool call")
+    declared = {t["function"]["name"] if "function" in t else t["name"] for t in (ctx.body or {}).get("tools", [])}
+
+    def norm(n: str) -> str:
+        return n.replace("-", "_").replace("__", "_").lower()
+
+    for name, _ in a.tool_calls:
+        if name in declared:
+            continue
+        if any(norm(name) == norm(d) for d in declared):  # the server rewrote a declared name
+            raise CheckFailure("tool_names_declared", sorted(declared), name)
+        raise NotApplicable(f"the model called {name!r}, which is no declared tool")
+
+
+#: Checks that need a live server process (sockets, restarts), run by the live-server tests.
+LIVE_ONLY = frozenset({"bound_to_loopback", "disconnect_cancels", "slow_client_dropped",
+                       "prefix_reused_after_restart", "tool_parser_vectors"})
+
+
+def _live_only(name: str) -> Callable[[CheckContext], None]:
+    def check(ctx: CheckContext) -> None:
+        raise NotApplicable(f"{name} needs a live server process")
+    return check
+
+
+CHECKS: dict[str, Callable[[CheckContext], None]] = {f.__name__: f for f in (
+    error_envelope, response_schema, usage_arithmetic, one_finish_reason, role_first, done_sentinel, sse_framing,
+    usage_chunk_last, tool_call_delta_index, arguments_json_string, logprob_join, text_offset_chars, no_stop_text,
+    stream_equals_unary, anthropic_event_order, reasoning_not_in_content, request_id_header,
+    prompt_has_required_instruction, prompt_forced_tool_applied, reasoning_present, reasoning_absent,
+    continuation_not_repeated, prompt_ends_with_generation_cue, no_replacement_char, keepalive_seen, repeatable,
+    scheduler_accounting, metrics_series, metrics_unchanged, tool_names_declared)}
+for _name in LIVE_ONLY:
+    CHECKS[_name] = _live_only(_name)
+
+
+def evaluate(ctx: CheckContext) -> None:
+    """Raise CheckFailure on the first unmet expectation of the vector; NotApplicable when a
+    named check cannot run here."""
+    ex, e = ctx.exchange, ctx.vector.expect
+    if ex.status != e["status"]:
+        raise CheckFailure("status", e["status"], f"{ex.status} {ex.body[:300]!r}")
+    if ex.status >= 400 and ("code" in e or "param" in e or "type" in e):
+        try:
+            doc = ex.json()
+        except ValueError:
+            raise CheckFailure("error body", "JSON", ex.body[:200]) from None
+        err = doc.get("error") or {}
+        if "type" in e and err.get("type") != e["type"]:
+            raise CheckFailure("error type", e["type"], err.get("type"))
+        if doc.get("type") != "error":  # the OpenAI envelope carries code and param
+            for k in ("code", "param"):
+                if k in e and err.get(k) != e[k]:
+                    raise CheckFailure(f"error {k}", e[k], err.get(k))
+    if e.get("json") or e.get("absent"):
+        doc = ex.json()
+        for path, want in (e.get("json") or {}).items():
+            got = get(doc, path)
+            if got is MISSING or got != want:
+                raise CheckFailure(f"json {path}", want, None if got is MISSING else got)
+        for path in e.get("absent", []):
+            if get(doc, path) is not MISSING:
+                raise CheckFailure(f"absent {path}", "absent", get(doc, path))
+    for name, want in (e.get("headers") or {}).items():
+        got = ex.header(name)
+        if got is None or (want is not None and got != want and not got.startswith(str(want) + ";")):
+            raise CheckFailure(f"header {name}", want if want is not None else "present", got)
+    for name in e.get("absent_headers", []):
+        if ex.header(name) is not None:
+            raise CheckFailure(f"header {name}", "absent", ex.header(name))
+    for name in e.get("checks", []):
+        CHECKS[name](ctx)
