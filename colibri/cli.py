@@ -86,10 +86,6 @@ def cmd_openapi(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    print("colibri serve: the reference server is not built yet (see the open issues); "
-          "`colibri spec lint` and `colibri spec docs` work today.", file=sys.stderr)
-    return EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,12 +110,17 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--json", action="store_true", help="print the changes as JSON")
         if name == "openapi":
             sp.add_argument("--out", help="write to this file instead of stdout")
-    serve = sub.add_parser("serve", help="run the reference server (embedded model by default)")
-    serve.set_defaults(func=cmd_serve)
+    sub.add_parser("serve", help="run the reference server (embedded model by default); see colibri serve --help",
+                   add_help=False)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:  # its own parser: the flags are many and documented there
+        from .serve import main as serve_main
+
+        return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 

@@ -1,0 +1,126 @@
+"""`colibri serve`: the reference server under gunicorn (gthread, one worker: the model lives in
+one process). Every flag has a COLI_* environment variable."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Any
+
+LOOPBACK_BINDS = {"127.0.0.1", "localhost", "::1"}
+
+#: flag, env var, type, default, help
+OPTIONS: list[tuple[str, str, Any, Any, str]] = [
+    ("--host", "COLI_HOST", str, "127.0.0.1", "address to bind (loopback by default)"),
+    ("--port", "COLI_PORT", int, 8000, "port to bind"),
+    ("--model", "COLI_MODEL", str, None, "a Hugging Face Llama-family model directory (default: the embedded model)"),
+    ("--model-id", "COLI_MODEL_ID", str, "colibri-tiny", "the model id clients must name"),
+    ("--family", "COLI_FAMILY", str, "glm", "row of spec/families.yaml: glm, chatml, qwen-xml, plain"),
+    ("--kv-slots", "COLI_KV_SLOTS", int, 4, "independent KV slots, 1..16"),
+    ("--max-queue", "COLI_MAX_QUEUE", int, 8, "requests that may wait for a slot"),
+    ("--queue-timeout", "COLI_QUEUE_TIMEOUT", float, 300.0, "seconds a request may wait"),
+    ("--max-tokens", "COLI_MAX_TOKENS", int, 1024, "ceiling on any request's answer length"),
+    ("--ctx", "COLI_CTX", int, None, "context length in tokens (default: the model's)"),
+    ("--api-key", "COLI_API_KEY", str, None, "require this key (Authorization: Bearer or x-api-key)"),
+    ("--threads", "COLI_THREADS", int, 8, "HTTP threads"),
+    ("--engine-threads", "COLI_ENGINE_THREADS", int, 0, "compute threads for the engine (0: all cores)"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="colibri serve", description="Serve the OpenAI- and Anthropic-compatible API "
+                                "on the embedded model (or --model DIR). Every flag has a COLI_* env variable.")
+    for flag, env, typ, default, helptext in OPTIONS:
+        p.add_argument(flag, type=typ, default=os.environ.get(env, default), help=f"{helptext} [{env}]")
+    p.add_argument("--allowed-host", action="append", default=None,
+                   help="extra Host header value to accept (repeatable) [COLI_ALLOWED_HOSTS, comma-separated]")
+    p.add_argument("--cors-origin", action="append", default=None,
+                   help="browser origin allowed to read answers (repeatable; '*' for any) [COLI_CORS_ORIGINS]")
+    p.add_argument("--no-continue-assistant", action="store_true",
+                   default=os.environ.get("COLI_CONTINUE_ASSISTANT") == "0",
+                   help="close a trailing assistant turn instead of continuing it [COLI_CONTINUE_ASSISTANT=0]")
+    p.add_argument("--allow-insecure-bind", action="store_true", default=os.environ.get("COLI_ALLOW_INSECURE_BIND") == "1",
+                   help="bind a non-loopback address without an API key [COLI_ALLOW_INSECURE_BIND=1]")
+    return p
+
+
+def settings_from(args: argparse.Namespace) -> Any:
+    from .server.service import DEFAULT_CORS, Settings
+
+    hosts = args.allowed_host or [h for h in os.environ.get("COLI_ALLOWED_HOSTS", "").split(",") if h.strip()]
+    origins = args.cors_origin or [o for o in os.environ.get("COLI_CORS_ORIGINS", "").split(",") if o.strip()]
+    return Settings(model_id=args.model_id, family=args.family, kv_slots=int(args.kv_slots),
+                    max_queue=int(args.max_queue), queue_timeout=float(args.queue_timeout),
+                    max_tokens=int(args.max_tokens), api_key=args.api_key or None, allowed_hosts=hosts,
+                    cors_origins=origins or list(DEFAULT_CORS), continue_assistant=not args.no_continue_assistant,
+                    host=args.host, port=int(args.port), n_threads=int(args.engine_threads))
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """A message for settings that must not start a server, or None."""
+    if args.host not in LOOPBACK_BINDS and not args.api_key and not args.allow_insecure_bind:
+        return (f"refusing to bind {args.host} without an API key: anyone on the network could use the model. "
+                "Set --api-key (COLI_API_KEY), or pass --allow-insecure-bind if you mean it.")
+    if not 1 <= int(args.kv_slots) <= 16:
+        return f"--kv-slots must be 1..16, not {args.kv_slots}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    problem = check_args(args)
+    if problem:
+        print(f"colibri serve: {problem}", file=sys.stderr)
+        return 2
+    from gunicorn.app.base import BaseApplication
+
+    from .model import Model
+    from .server.app import create_app
+    from .server.service import Service
+
+    settings = settings_from(args)
+    model = Model(args.model, n_ctx=args.ctx)  # fail early, in the parent, on a bad model directory
+    holder: dict[str, Any] = {}
+
+    class App(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            self.cfg.set("bind", f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}")
+            self.cfg.set("workers", 1)
+            self.cfg.set("worker_class", "gthread")
+            self.cfg.set("threads", int(args.threads))
+            self.cfg.set("timeout", 0)  # generation may take longer than any heartbeat
+            self.cfg.set("graceful_timeout", 30)
+            self.cfg.set("keepalive", 5)
+            self.cfg.set("limit_request_line", 8190)
+            self.cfg.set("post_worker_init", self._post_worker_init)
+
+        @staticmethod
+        def _post_worker_init(worker: Any) -> None:
+            # Release queued requests with 503 scheduler_closed as soon as shutdown starts.
+            previous = signal.getsignal(signal.SIGTERM)
+
+            def on_term(signum: int, frame: Any) -> None:
+                svc = holder.get("service")
+                if svc is not None:
+                    svc.scheduler.close()
+                if callable(previous):
+                    previous(signum, frame)
+
+            signal.signal(signal.SIGTERM, on_term)
+            signal.signal(signal.SIGINT, on_term)
+
+        def load(self) -> Any:
+            svc = Service(settings, model=model)
+            holder["service"] = svc
+            print(f"colibri: serving {settings.model_id} (family {settings.family}, {model.config.n_ctx}-token context, "
+                  f"{settings.kv_slots} KV slots, model {model.path}) on http://{args.host}:{args.port}/v1",
+                  flush=True)
+            return create_app(svc)
+
+    App().run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
