@@ -1,0 +1,115 @@
+"""The official `openai` and `anthropic` SDKs against a live `colibri serve` — no shims."""
+from __future__ import annotations
+
+import pytest
+from live_server import live_server
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+
+pytestmark = pytest.mark.integration
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    with live_server("--kv-slots", "2") as url:
+        yield url
+
+
+@pytest.fixture
+def oai(base_url):
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="local", max_retries=0)
+
+
+@pytest.fixture
+def claude(base_url):
+    return anthropic.Anthropic(base_url=base_url, api_key="local", max_retries=0)
+
+
+def test_openai_plain(oai):
+    r = oai.chat.completions.create(model="colibri-tiny", temperature=0, max_tokens=20,
+                                    messages=[{"role": "user", "content": "Repeat exactly: hello world"}])
+    assert r.choices[0].message.content == "hello world"
+    assert r.choices[0].finish_reason == "stop"
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_openai_stream_reassembles_to_the_unary_answer(oai):
+    kw = {"model": "colibri-tiny", "temperature": 0, "max_tokens": 30,
+          "messages": [{"role": "user", "content": "Repeat exactly: café 😊 日本語"}]}
+    unary = oai.chat.completions.create(**kw).choices[0].message.content
+    parts, finish, usage = [], None, None
+    for chunk in oai.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw):
+        if chunk.choices:
+            parts.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+        usage = chunk.usage or usage
+    assert "".join(parts) == unary and finish == "stop" and usage is not None
+
+
+def test_openai_stream_helper_with_tools(oai):
+    with oai.chat.completions.stream(model="colibri-tiny", temperature=0, max_tokens=60, tools=[WEATHER],
+                                     messages=[{"role": "user", "content": "What's the weather in Drassa?"}]) as s:
+        for _ in s:
+            pass
+        final = s.get_final_completion()
+    call = final.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    assert call.function.parsed_arguments is None or isinstance(call.function.arguments, str)
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+def test_openai_error_is_a_typed_exception(oai):
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="colibri-tiny", temperature=7,
+                                    messages=[{"role": "user", "content": "hi"}])
+    assert e.value.status_code == 400 and e.value.body["code"] == "invalid_value" and e.value.body["param"] == "temperature"
+    with pytest.raises(openai.NotFoundError):
+        oai.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_openai_completions_and_models(oai):
+    assert [m.id for m in oai.models.list()] == ["colibri-tiny"]
+    r = oai.completions.create(model="colibri-tiny", prompt="Count from 1 to", max_tokens=4, temperature=0)
+    assert r.object == "text_completion" and r.usage.completion_tokens <= 4
+
+
+# The anthropic SDK 2.x has no `temperature` argument; greedy decoding is asked for through extra_body.
+def test_anthropic_plain(claude):
+    m = claude.messages.create(model="colibri-tiny", max_tokens=30, extra_body={"temperature": 0},
+                               messages=[{"role": "user", "content": "Repeat exactly: hello world"}])
+    assert m.content[0].type == "text" and m.content[0].text == "hello world"
+    assert m.stop_reason == "end_turn" and m.usage.output_tokens > 0
+
+
+def test_anthropic_stream_final_message(claude):
+    kw = {"model": "colibri-tiny", "max_tokens": 60, "extra_body": {"temperature": 0},
+          "messages": [{"role": "user", "content": "What is the capital of Velmora?"}],
+          "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    with claude.messages.stream(**kw) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    unary = claude.messages.create(**kw)
+    assert [b.type for b in final.content] == [b.type for b in unary.content]
+    assert final.content[0].type == "thinking"
+    assert text == unary.content[-1].text
+
+
+def test_anthropic_tools(claude):
+    m = claude.messages.create(model="colibri-tiny", max_tokens=60, extra_body={"temperature": 0},
+                               tools=[{"name": "get_weather", "description": "Current weather",
+                                       "input_schema": WEATHER["function"]["parameters"]}],
+                               messages=[{"role": "user", "content": "What's the weather in Drassa?"}])
+    tool = [b for b in m.content if b.type == "tool_use"][0]
+    assert tool.name == "get_weather" and isinstance(tool.input, dict) and m.stop_reason == "tool_use"
+
+
+def test_anthropic_error_envelope(claude):
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude.messages.create(model="colibri-tiny", max_tokens=10, extra_body={"temperature": 1.5},
+                               messages=[{"role": "user", "content": "hi"}])
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "invalid_request_error"
