@@ -25,6 +25,9 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--api-key", "COLI_API_KEY", str, None, "require this key (Authorization: Bearer or x-api-key)"),
     ("--threads", "COLI_THREADS", int, 8, "HTTP threads"),
     ("--engine-threads", "COLI_ENGINE_THREADS", int, 0, "compute threads for the engine (0: all cores)"),
+    ("--keepalive", "COLI_KEEPALIVE", float, 10.0, "seconds of stream silence before a keepalive is sent"),
+    ("--debug-step-delay", "COLI_DEBUG_STEP_DELAY", float, 0.0,
+     "testing aid: sleep this many seconds before every engine step (to exercise queueing and cancellation)"),
 ]
 
 
@@ -54,7 +57,8 @@ def settings_from(args: argparse.Namespace) -> Any:
                     max_queue=int(args.max_queue), queue_timeout=float(args.queue_timeout),
                     max_tokens=int(args.max_tokens), api_key=args.api_key or None, allowed_hosts=hosts,
                     cors_origins=origins or list(DEFAULT_CORS), continue_assistant=not args.no_continue_assistant,
-                    host=args.host, port=int(args.port), n_threads=int(args.engine_threads))
+                    host=args.host, port=int(args.port), n_threads=int(args.engine_threads),
+                    keepalive_seconds=float(args.keepalive), step_delay=float(args.debug_step_delay))
 
 
 def check_args(args: argparse.Namespace) -> str | None:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .body import read_body
+from .disconnect import detector
 from .generation import Generation, Outcome
 from .openai_api import _Endpoint, dumps
 from .prompt import ChatInput
@@ -89,7 +90,7 @@ class MessagesResource(_Endpoint):
             slot = conversation_slot(chat.messages, self.svc.settings.kv_slots)
         task = self.svc.task(ids, body, max_new=max_new, slot=slot)
         gen = self.svc.generation(task, stops=list(body.get("stop_sequences") or []), ignore_leading=False,
-                                  thinking=rendered.thinking, tools=rendered.tools_offered)
+                                  thinking=rendered.thinking, tools=rendered.tools_offered, client_gone=detector(req.env))
         mid, model, thinking = f"msg_{uuid.uuid4().hex[:24]}", self.svc.settings.model_id, rendered.thinking
 
         def unary(o: Outcome) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from ..paths import data_dir
 from .anthropic_api import MessagesResource
 from .errors import ApiError, error
 from .openai_api import ChatResource, CompletionsResource, RenderResource, dumps
+from .scheduler import ClientGone
 from .service import Service, Settings
 
 log = logging.getLogger("colibri.server")
@@ -125,6 +126,13 @@ def handle_http_error(req: Any, resp: Any, ex: falcon.HTTPError, params: Any) ->
         _send(req, resp, error("invalid_json" if ex.status_code == 400 else "engine_error"))
 
 
+def handle_client_gone(req: Any, resp: Any, ex: ClientGone, params: Any) -> None:
+    """Nobody is left to read an answer; the work was cancelled and counted as such."""
+    log.info("client went away: %s %s (%s)", req.method, req.path, getattr(req.context, "request_id", "-"))
+    resp.status = falcon.HTTP_400
+    resp.data = b""
+
+
 def handle_unexpected(req: Any, resp: Any, ex: Exception, params: Any) -> None:
     log.exception("unexpected failure in %s %s (%s)", req.method, req.path, getattr(req.context, "request_id", "-"))
     _send(req, resp, error("engine_error"))
@@ -199,6 +207,7 @@ def create_app(service: Service) -> falcon.App:
     app.add_error_handler(Exception, handle_unexpected)
     app.add_error_handler(falcon.HTTPError, handle_http_error)
     app.add_error_handler(ApiError, handle_api_error)
+    app.add_error_handler(ClientGone, handle_client_gone)
     return app
 
 

@@ -71,8 +71,10 @@ class Spec:
 
 
 class Generation:
-    def __init__(self, scheduler: Scheduler, task: Task, token_bytes: list[bytes], spec: Spec):
+    def __init__(self, scheduler: Scheduler, task: Task, token_bytes: list[bytes], spec: Spec,
+                 client_gone: Any = None):
         self.scheduler, self.task, self.token_bytes, self.spec = scheduler, task, token_bytes, spec
+        self.client_gone = client_gone or (lambda: False)  # polled while a JSON answer is being built
         self.assembler = Utf8Assembler()
         self.stop_filter = StopFilter(spec.stops, spec.ignore_leading)
         self.splitter = ReasoningSplitter(spec.thinking)
@@ -89,6 +91,7 @@ class Generation:
     def start(self) -> Accepted:
         """Admit the task and wait until the engine accepted the prompt (errors raise here, before
         any response byte is committed)."""
+        self.task.client_gone = self.client_gone
         self.scheduler.admit(self.task)
         while self.accepted is None:
             kind, payload = self._next(None)
@@ -109,12 +112,13 @@ class Generation:
             raise exc
         return error("engine_error")
 
-    def deltas(self) -> Iterator[Delta | None]:
-        """Content and reasoning deltas as they become final; None is a keepalive tick."""
+    def deltas(self, poll: float | None = None) -> Iterator[Delta | None]:
+        """Content and reasoning deltas as they become final; None is a tick after `poll`
+        seconds (default: the keepalive interval) without news."""
         assert self.accepted is not None, "start() first"
         while True:
             try:
-                kind, payload = self._next(self.spec.keepalive)
+                kind, payload = self._next(poll or self.spec.keepalive)
             except queue.Empty:
                 yield None
                 continue
@@ -127,11 +131,16 @@ class Generation:
                 raise self._as_api_error(payload)
 
     def run(self) -> Outcome:
-        """Unary: start, drain, and return the outcome."""
+        """Unary: start, drain, and return the outcome; a client that hangs up cancels the work."""
         if self.accepted is None:
             self.start()
-        for _ in self.deltas():
-            pass
+        checked = time.monotonic()
+        for _ in self.deltas(poll=0.25):
+            if time.monotonic() - checked >= 0.25:
+                checked = time.monotonic()
+                if self.client_gone():
+                    self.cancel()
+                    raise ClientGone()
         assert self.outcome is not None
         return self.outcome
 

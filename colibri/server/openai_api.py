@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .body import read_body
+from .disconnect import detector
 from .generation import Generation, LogprobEntry, Outcome, now
 from .prompt import from_openai_chat
 from .scheduler import conversation_slot
@@ -101,7 +102,7 @@ class ChatResource(_Endpoint):
         task = self.svc.task(ids, body, max_new=max_new, slot=slot, logprobs_k=k)
         gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
                                   thinking=rendered.thinking, tools=rendered.tools_offered,
-                                  strict_tools=bool(body.get("strict_tool_calls")))
+                                  strict_tools=bool(body.get("strict_tool_calls")), client_gone=detector(req.env))
         cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", now(), self.svc.settings.model_id
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
@@ -156,7 +157,7 @@ class CompletionsResource(_Endpoint):
         echo = bool(body.get("echo"))
         task = self.svc.task(ids, body, max_new=max_new, slot=body.get("cache_slot"), logprobs_k=k, echo=echo)
         gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
-                                  thinking=False, tools=[], strip=False)
+                                  thinking=False, tools=[], strip=False, client_gone=detector(req.env))
         cid, created, model = f"cmpl-{uuid.uuid4().hex}", now(), self.svc.settings.model_id
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 

@@ -70,6 +70,7 @@ class Task:
     events: queue.Queue = field(default_factory=queue.Queue)
     stop_requested: bool = False
     cancelled: bool = False
+    client_gone: Any = None  # callable polled while the task waits for a slot
     # filled by the scheduler
     assigned: int = -1
     n_reused: int = 0
@@ -177,7 +178,7 @@ class Scheduler:
                         self.lock.wait(timeout=min(0.25, max(0.0, deadline - time.monotonic())))
                         if self.closed:
                             raise error("scheduler_closed")
-                        if task.cancelled:
+                        if task.cancelled or (task.client_gone is not None and task.client_gone()):
                             self.counts["cancelled"] += 1
                             self.metrics.cancelled.inc()
                             raise ClientGone()

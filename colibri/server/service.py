@@ -79,11 +79,12 @@ class Service:
         return max(1, min(requested or self.settings.max_tokens, self.settings.max_tokens, n_ctx - len(prompt)))
 
     def generation(self, task: Task, *, stops: list[str], ignore_leading: bool, thinking: bool,
-                   tools: list[dict[str, Any]], strict_tools: bool = False, strip: bool = True) -> Generation:
+                   tools: list[dict[str, Any]], strict_tools: bool = False, strip: bool = True,
+                   client_gone: Any = None) -> Generation:
         spec = GenSpec(stops=stops, ignore_leading=ignore_leading, thinking=thinking, tools=tools,
                        tool_format=self.family["tool_format"], strict_tools=strict_tools,
                        keepalive=self.settings.keepalive_seconds, strip=strip)
-        return Generation(self.scheduler, task, self.model.token_bytes, spec)
+        return Generation(self.scheduler, task, self.model.token_bytes, spec, client_gone)
 
     def task(self, prompt: list[int], body: dict[str, Any], *, max_new: int, slot: int | None,
              logprobs_k: int = -1, echo: bool = False) -> Task:

@@ -1,0 +1,167 @@
+"""`colibri serve` as a real service: concurrency over slots, admission queue refusals,
+disconnects, auth, host guard, CORS, limits, metrics — real HTTP on a free loopback port."""
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from live_server import live_server
+
+pytestmark = pytest.mark.integration
+
+
+def header(headers, name):
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), None)
+
+
+def post(base, path, body, headers=None, timeout=60):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def get_json(base, path, headers=None):
+    req = urllib.request.Request(base + path, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def chat(content, **kw):
+    return {"model": "colibri-tiny", "messages": [{"role": "user", "content": content}], "temperature": 0,
+            "max_tokens": 40, **kw}
+
+
+def stream_text(base, body):
+    status, _, raw = post(base, "/v1/chat/completions", dict(body, stream=True))
+    assert status == 200
+    out = ""
+    for line in raw.decode().split("\n"):
+        if line.startswith("data: {"):
+            for ch in json.loads(line[6:])["choices"]:
+                out += ch["delta"].get("content") or ""
+    return out
+
+
+def wait_idle(base, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        s = get_json(base, "/health")["scheduler"]
+        if s["active"] == 0 and s["queued"] == 0:
+            return s
+        time.sleep(0.05)
+    raise AssertionError(f"server not idle: {s}")
+
+
+def test_concurrent_streams_over_four_slots_get_the_tokens_they_get_alone():
+    prompts = [f"Repeat exactly: {w}" for w in ("alpha beta", "café 😊", "the quick brown fox", "seven eight nine",
+                                                   "ΩMEGA", "green tea", "Count", "hello world")]
+    with live_server("--kv-slots", "4") as base:
+        alone = [stream_text(base, chat(p)) for p in prompts]
+        with ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(lambda p: stream_text(base, chat(p)), prompts))
+        assert together == alone
+        s = wait_idle(base)
+        assert s["admitted"] == s["completed"] + s["failed"] + s["cancelled"] == 2 * len(prompts)
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(base + "/metrics") as r:
+            fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+        value = {f.name: f.samples[0].value for f in fams.values() if f.type in ("counter", "gauge")}
+        assert value["colibri_scheduler_admitted"] == 16 and value["colibri_scheduler_completed"] == 16
+        assert value["colibri_scheduler_active"] == 0
+
+
+def _hold_slot(base, seconds_of_tokens=200):
+    """A streaming request that keeps its slot busy until the connection is closed."""
+    conn = http.client.HTTPConnection(base.split("//")[1], timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps(chat("Count from 1 to 60.", stream=True,
+                                                                  max_tokens=seconds_of_tokens)),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    resp.read1(64)
+    return conn, resp
+
+
+def test_full_queue_and_queue_timeout_are_429_with_retry_after():
+    with live_server("--kv-slots", "1", "--max-queue", "0", "--debug-step-delay", "0.05") as base:
+        conn, _ = _hold_slot(base)
+        status, headers, body = post(base, "/v1/chat/completions", chat("hi"))
+        assert status == 429 and header(headers, "Retry-After") == "1"
+        assert json.loads(body)["error"]["code"] == "queue_full"
+        conn.close()
+    with live_server("--kv-slots", "1", "--max-queue", "2", "--queue-timeout", "0.3", "--debug-step-delay", "0.05") as base:
+        conn, _ = _hold_slot(base)
+        status, headers, body = post(base, "/v1/chat/completions", chat("hi", stream=True))
+        assert status == 429 and header(headers, "Retry-After") == "1"
+        assert json.loads(body)["error"]["code"] == "queue_timeout"
+        conn.close()
+
+
+def test_disconnect_mid_stream_frees_the_slot_and_counts_a_cancel():
+    with live_server("--kv-slots", "1", "--debug-step-delay", "0.02") as base:
+        before = get_json(base, "/health")["scheduler"]
+        conn, resp = _hold_slot(base)
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        s = wait_idle(base, timeout=5)
+        assert s["cancelled"] == before["cancelled"] + 1 and s["completed"] == before["completed"]
+        assert post(base, "/v1/chat/completions", chat("Repeat exactly: ok"))[0] == 200
+
+
+def test_disconnect_while_waiting_for_a_json_answer_cancels():
+    with live_server("--kv-slots", "1", "--debug-step-delay", "0.02") as base:
+        host, port = base.split("//")[1].split(":")
+        s = socket.create_connection((host, int(port)))
+        body = json.dumps(chat("Count from 1 to 60.", max_tokens=300)).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        time.sleep(0.3)
+        s.close()
+        st = wait_idle(base, timeout=5)
+        assert st["cancelled"] == 1
+
+
+def test_auth_host_cors_and_limits():
+    with live_server("--api-key", "sekrit") as base:
+        assert post(base, "/v1/chat/completions", chat("hi"))[0] == 401
+        assert post(base, "/v1/chat/completions", chat("hi"), {"Authorization": "Bearer nope"})[0] == 401
+        assert post(base, "/v1/chat/completions", chat("hi"), {"Authorization": "Bearer sekrit"})[0] == 200
+        assert post(base, "/v1/messages", {"model": "colibri-tiny", "max_tokens": 5,
+                                           "messages": [{"role": "user", "content": "hi"}]}, {"x-api-key": "sekrit"})[0] == 200
+        status, _, body = post(base, "/v1/chat/completions", chat("hi"), {"Authorization": "Bearer sekrit", "Host": "evil.example"})
+        assert status == 403 and json.loads(body)["error"]["code"] == "forbidden_host"
+        assert "--allowed-host" in json.loads(body)["error"]["message"]
+        h = get_json(base, "/health")
+        assert h == {"status": "ok"}
+        req = urllib.request.Request(base + "/v1/models", headers={"Authorization": "Bearer sekrit",
+                                                                   "Origin": "https://evil.example"})
+        with urllib.request.urlopen(req) as r:
+            assert r.headers.get("Access-Control-Allow-Origin") is None
+        req = urllib.request.Request(base + "/v1/models", headers={"Authorization": "Bearer sekrit",
+                                                                   "Origin": "http://localhost:5173"})
+        with urllib.request.urlopen(req) as r:
+            assert r.headers.get("Access-Control-Allow-Origin") == "http://localhost:5173"
+        # An oversize body is refused from its Content-Length, before it is read.
+        host, port = base.split("//")[1].split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekrit\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: 5000000\r\n\r\n{")
+            reply = s.recv(65536).decode()
+        assert reply.startswith("HTTP/1.1 413") and "request_too_large" in reply
+
+
+def test_refuses_public_bind_without_key():
+    from colibri.serve import main
+
+    assert main(["--host", "0.0.0.0", "--port", "1"]) == 2
