@@ -4,9 +4,9 @@ need a live server process are skipped here and covered by the live-server tests
 from __future__ import annotations
 
 import pytest
-from server_pool import ServerPool
 
 from colibri.spec import load_spec
+from conformance.inprocess import ServerPool
 from conformance.runner import run_vector
 
 SPEC = load_spec()

@@ -1,29 +1,36 @@
 """In-process reference servers, one per distinct `server` block of the spec vectors, all on
-one loaded model. Test-only settings (busy slots, a closing scheduler, an injected fault)
-are applied here, not in the server."""
+one loaded model (the Cython-bound engine, no sockets). Test-only settings (busy slots, a
+closing scheduler, an injected fault) are applied here, not in the server."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from colibri.model import Model
 from colibri.server.app import create_app
 from colibri.server.service import Service, Settings
-from conformance.exchange import InProcessTarget
+
+from .exchange import InProcessTarget
 
 SETTING_KEYS = {"family", "api_key", "max_queue", "queue_timeout", "kv_slots", "allowed_hosts", "continue_assistant",
                 "keepalive_seconds", "model_id"}
 
 
 class ServerPool:
-    def __init__(self) -> None:
+    def __init__(self, family: str = "glm") -> None:
         self.model = Model()
+        self.family = family  # for vectors that do not name one
         self.services: dict[str, Service] = {}
 
-    def service(self, server: dict[str, Any]) -> Service:
-        conf = {k: v for k, v in server.items() if k in SETTING_KEYS}
+    def _conf(self, server: dict[str, Any]) -> dict[str, Any]:
+        conf = {"family": self.family} | {k: v for k, v in server.items() if k in SETTING_KEYS}
         if "engine_delay" in server:
             conf["step_delay"] = server["engine_delay"]
+        return conf
+
+    def service(self, server: dict[str, Any]) -> Service:
+        conf = self._conf(server)
         key = json.dumps(conf, sort_keys=True)
         if key not in self.services:
             self.services[key] = Service(Settings(**conf), model=self.model)
@@ -39,6 +46,7 @@ class ServerPool:
             svc.scheduler.close()
         app = create_app(svc)
         if server.get("fault") == "raise":
+            logging.getLogger("colibri.server").setLevel(logging.CRITICAL)  # the fault is the point
             def boom(*a: Any, **k: Any) -> Any:
                 raise RuntimeError("injected fault")
             svc.render = boom  # type: ignore[method-assign]
@@ -47,10 +55,9 @@ class ServerPool:
     def release(self, server: dict[str, Any]) -> None:
         """Undo the test-only state a vector put on a shared service."""
         if any(k in server for k in ("busy", "busy_slots", "closing", "fault")):
-            conf = {k: v for k, v in server.items() if k in SETTING_KEYS}
-            if "engine_delay" in server:
-                conf["step_delay"] = server["engine_delay"]
-            self.services.pop(json.dumps(conf, sort_keys=True), None)
+            svc = self.services.pop(json.dumps(self._conf(server), sort_keys=True), None)
+            if svc is not None:
+                svc.scheduler.close()
 
     def close(self) -> None:
         for s in self.services.values():

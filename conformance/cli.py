@@ -1,0 +1,262 @@
+"""colibri-conform: run the rules of spec/ against a server and report per rule.
+
+    colibri-conform                                   # the in-process reference server
+    colibri-conform --base-url http://host:8000/v1 --model M
+    colibri-conform matrix a.json b.json --html out/  # several servers side by side
+    colibri-conform diff old.json new.json            # regressions and fixes by rule id
+    colibri-conform replay RULE[VECTOR] --base-url U  # re-run one case
+
+Exit codes: 0 every selected MUST rule passed; 1 failures; 2 usage or configuration error;
+3 nothing selected, or the target is unreachable.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
+PROFILES = ("openai", "strict", "anthropic", "logprobs", "tools", "reasoning", "streaming", "completions",
+            "operations", "continuation", "extensions")
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="colibri-conform", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--base-url", help="target server (…/v1 or the root); default: the in-process reference server")
+    p.add_argument("--api-key", help="key sent as Bearer and x-api-key (default: $COLI_CONFORM_API_KEY); redacted in reports")
+    p.add_argument("--model", help="model id to put in requests (default: the target's first listed model)")
+    p.add_argument("--header", action="append", default=[], metavar="'K: V'", help="extra request header (repeatable)")
+    p.add_argument("--profile", action="append", choices=PROFILES,
+                   help="rule profile to run (repeatable; default openai for a URL, every profile in-process)")
+    p.add_argument("--strict", action="store_true", help="also run SHOULD rules (a miss is NON-STRICT)")
+    p.add_argument("--rule", action="append", default=[], metavar="PREFIX", help="only rules whose id starts with PREFIX")
+    p.add_argument("--list", action="store_true", help="dry run: list what would run, and why each other rule is skipped")
+    p.add_argument("--concurrency", type=int, default=1, help="rules run at once (default 1)")
+    p.add_argument("--budget", type=int, default=5000, help="at most this many requests (default 5000)")
+    p.add_argument("--expectations", help="YAML {rule id: reason} of known deviations: reported as SKIPPED")
+    p.add_argument("--json", dest="json_out", help="write the JSON report here")
+    p.add_argument("--junit", help="write JUnit XML here")
+    p.add_argument("--markdown", help="write a Markdown summary here")
+    p.add_argument("--html", help="write a static HTML report into this folder")
+    p.add_argument("--family", default="glm", help="in-process only: the reference server's family row")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def _headers(args: argparse.Namespace) -> dict[str, str]:
+    out = {}
+    for h in args.header:
+        k, sep, v = h.partition(":")
+        if not sep:
+            raise SystemExit(f"colibri-conform: --header wants 'Name: value', not {h!r}")
+        out[k.strip()] = v.strip()
+    key = args.api_key or os.environ.get("COLI_CONFORM_API_KEY")
+    if key:
+        out.setdefault("Authorization", f"Bearer {key}")
+        out.setdefault("x-api-key", key)
+    return out
+
+
+def _with_model(spec: Any, model: str) -> None:
+    for ep in spec.endpoints.values():
+        if ep.minimal_request and "model" in ep.minimal_request:
+            ep.minimal_request["model"] = model
+
+
+def cmd_run(argv: list[str]) -> int:
+    from colibri.spec import load_spec
+
+    from .report import markdown, now_iso, to_json, write_html, write_junit
+    from .suite import Selection, run_suite, skip_reason
+
+    args = _run_parser().parse_args(argv)
+    spec = load_spec()
+    remote = bool(args.base_url)
+    sel = Selection(profiles=args.profile or (["openai"] if remote else list(PROFILES)), strict=args.strict,
+                    prefixes=args.rule, remote=remote)
+    chosen = [r for r in spec.rules if skip_reason(r, sel) is None]
+    if args.list:
+        for r in spec.rules:
+            why = skip_reason(r, sel)
+            print(f"{'run ' if why is None else 'skip'} {r.id:45} {r.level:6} "
+                  + (f"{len(r.vectors)} vectors" if why is None else why))
+        print(f"{len(chosen)} of {len(spec.rules)} rules selected", file=sys.stderr)
+        return EXIT_OK if chosen else EXIT_EMPTY
+    if not chosen:
+        print("colibri-conform: no rule selected (check --profile/--rule); nothing was tested", file=sys.stderr)
+        return EXIT_EMPTY
+    expectations: dict[str, str] = {}
+    if args.expectations:
+        try:
+            expectations = yaml.safe_load(Path(args.expectations).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            print(f"colibri-conform: cannot read --expectations: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        unknown = [k for k in expectations if k not in spec.by_id]
+        if unknown:
+            print(f"colibri-conform: --expectations names unknown rule ids: {', '.join(unknown)}", file=sys.stderr)
+            return EXIT_USAGE
+    headers = _headers(args)
+    release = None
+    if remote:
+        from .exchange import HttpTarget
+
+        target = HttpTarget(args.base_url, headers)
+        try:
+            models = target.send("GET", "/v1/models")
+        except OSError as e:
+            print(f"colibri-conform: target unreachable: {e}", file=sys.stderr)
+            return EXIT_EMPTY
+        model = args.model
+        if model is None and models.status == 200:
+            data = models.json().get("data") or []
+            model = data[0]["id"] if data else None
+        if model is None:
+            print("colibri-conform: pass --model (the target lists no model)", file=sys.stderr)
+            return EXIT_USAGE
+        _with_model(spec, model)
+
+        def target_for(vector: Any) -> Any:
+            return target
+        label = args.base_url
+    else:
+        from .inprocess import ServerPool
+
+        pool = ServerPool(family=args.family)
+
+        def target_for(vector: Any) -> Any:
+            return pool.target(vector.server)
+
+        def release(vector: Any) -> None:
+            pool.release(vector.server)
+        label = f"in-process reference server (family {args.family})"
+
+    def progress(rr: Any, done: int, total: int) -> None:
+        if not args.quiet:
+            print(f"[{done:3}/{total}] {rr.outcome:12} {rr.rule.id}", file=sys.stderr, flush=True)
+
+    started = now_iso()
+    results, duration = run_suite(spec, sel, target_for, concurrency=args.concurrency, budget=args.budget,
+                                  release=release, progress=progress)
+    fixed = []
+    for rr in results:
+        if rr.rule.id in expectations:
+            if rr.outcome == "PASS":
+                fixed.append(rr.rule.id)
+            else:
+                rr.outcome, rr.reason = "SKIPPED", f"known deviation: {expectations[rr.rule.id]}"
+    key = args.api_key or os.environ.get("COLI_CONFORM_API_KEY")
+    doc = to_json(results, {"target": label, "started": started, "duration_seconds": duration,
+                            "selection": {"profiles": sel.profiles, "strict": sel.strict, "rules": sel.prefixes}},
+                  redact=key)
+    doc["expectations_now_passing"] = fixed
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(doc, indent=2, ensure_ascii=False))
+    if args.junit:
+        write_junit(results, Path(args.junit))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(doc))
+    if args.html:
+        write_html(doc, Path(args.html))
+    s = doc["summary"]
+    print(" ".join(f"{k}={v}" for k, v in s.items()) + f"  ({duration:.1f} s)")
+    for rid in fixed:
+        print(f"note: {rid} is listed in --expectations but now passes; remove it from the file")
+    for r in doc["rules"]:
+        if r["outcome"] in ("FAIL", "ERROR"):
+            bad = next((v for v in r["vectors"] if v["outcome"] == r["outcome"]), {})
+            print(f"{r['outcome']} {r['id']} [{bad.get('name', '')}] {bad.get('check', '')}: expected "
+                  f"{bad.get('expected', '')} actual {bad.get('actual', bad.get('reason', ''))}"[:400])
+    if s["ERROR"] and not s["PASS"] and not s["FAIL"]:
+        return EXIT_EMPTY
+    return EXIT_FAIL if s["FAIL"] or s["ERROR"] else EXIT_OK
+
+
+def cmd_matrix(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="colibri-conform matrix", description="several JSON reports side by side")
+    p.add_argument("reports", nargs="+")
+    p.add_argument("--markdown", help="write the table here (default: stdout)")
+    a = p.parse_args(argv)
+    docs = [json.loads(Path(r).read_text()) for r in a.reports]
+    ids = list(dict.fromkeys(r["id"] for d in docs for r in d["rules"]))
+    table = ["| rule | " + " | ".join(d["target"] for d in docs) + " |", "|---|" + "---|" * len(docs)]
+    for rid in ids:
+        cells = [next((r["outcome"] for r in d["rules"] if r["id"] == rid), "—") for d in docs]
+        table.append(f"| `{rid}` | " + " | ".join(cells) + " |")
+    text = "\n".join(table) + "\n"
+    if a.markdown:
+        Path(a.markdown).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_diff(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="colibri-conform diff", description="regressions and fixes between two reports")
+    p.add_argument("old")
+    p.add_argument("new")
+    a = p.parse_args(argv)
+    old = {r["id"]: r["outcome"] for r in json.loads(Path(a.old).read_text())["rules"]}
+    new = {r["id"]: r["outcome"] for r in json.loads(Path(a.new).read_text())["rules"]}
+    regressions = [k for k in new if old.get(k) == "PASS" and new[k] in ("FAIL", "ERROR", "NON-STRICT")]
+    fixes = [k for k in new if new[k] == "PASS" and old.get(k) in ("FAIL", "ERROR", "NON-STRICT")]
+    for k in regressions:
+        print(f"regression {k}: {old[k]} -> {new[k]}")
+    for k in fixes:
+        print(f"fixed      {k}: {old[k]} -> {new[k]}")
+    print(f"{len(regressions)} regression(s), {len(fixes)} fix(es)")
+    return EXIT_FAIL if regressions else EXIT_OK
+
+
+def cmd_replay(argv: list[str]) -> int:
+    from colibri.spec import load_spec
+
+    from .exchange import HttpTarget
+    from .runner import run_vector
+
+    p = argparse.ArgumentParser(prog="colibri-conform replay", description="re-run one case: RULE_ID[VECTOR]")
+    p.add_argument("case")
+    p.add_argument("--base-url", required=True)
+    p.add_argument("--header", action="append", default=[])
+    p.add_argument("--api-key")
+    p.add_argument("--model")
+    a = p.parse_args(argv)
+    spec = load_spec()
+    rid, _, rest = a.case.partition("[")
+    vname = rest.rstrip("]")
+    rule = spec.by_id.get(rid)
+    vector = next((v for v in rule.vectors if v.name == vname), None) if rule else None
+    if vector is None:
+        print(f"colibri-conform replay: no case {a.case!r}", file=sys.stderr)
+        return EXIT_USAGE
+    if a.model:
+        _with_model(spec, a.model)
+    res = run_vector(spec, rule, vector, HttpTarget(a.base_url, _headers(a)))
+    print(json.dumps({"outcome": res.outcome, "failure": str(res.failure) if res.failure else None,
+                      "evidence": res.exchange.to_dict(a.api_key) if res.exchange else None}, indent=2,
+                     ensure_ascii=False))
+    return EXIT_OK if res.outcome == "PASS" else EXIT_FAIL
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    sub = {"matrix": cmd_matrix, "diff": cmd_diff, "replay": cmd_replay}
+    if argv and argv[0] in sub:
+        return sub[argv[0]](argv[1:])
+    try:
+        return cmd_run(argv)
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            return EXIT_USAGE
+        return int(e.code or 0) if e.code in (0, None) else EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

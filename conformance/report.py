@@ -1,0 +1,158 @@
+"""Report writers: JSON (schemas/conform-report.json), JUnit XML (one testcase per rule ×
+vector × mode), Markdown (CI step summaries), static HTML (rules × outcome, each linking to
+its evidence); and the compat profile a client author reads."""
+from __future__ import annotations
+
+import html
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+from .suite import OUTCOMES, RuleResult
+
+SCHEMA_VERSION = 1
+
+
+def _vector_doc(vr: Any, redact: str | None) -> dict[str, Any]:
+    r = vr.result
+    doc: dict[str, Any] = {"name": vr.vector.name, "mode": vr.mode, "outcome": r.outcome}
+    if r.reason:
+        doc["reason"] = r.reason
+    if r.failure is not None:
+        doc["check"] = r.failure.check
+        doc["expected"] = repr(r.failure.expected)[:2000]
+        doc["actual"] = repr(r.failure.actual)[:2000]
+    if r.exchange is not None and r.outcome != "PASS":
+        doc["evidence"] = r.exchange.to_dict(redact)
+    return doc
+
+
+def _facts(results: list[RuleResult]) -> dict[str, str]:
+    return {rr.rule.id: rr.outcome for rr in results}
+
+
+def compat_profile(results: list[RuleResult]) -> dict[str, Any]:
+    """What a client author needs to know about the target, from the rules' outcomes."""
+    f = _facts(results)
+
+    def ok(rule_id: str) -> bool | None:
+        o = f.get(rule_id)
+        return None if o in (None, "SKIPPED", "INCONCLUSIVE", "ERROR") else o == "PASS"
+
+    reasoning_field = None
+    for rr in results:
+        if rr.rule.id == "chat.reasoning.field":
+            for vr in rr.vectors:
+                ex = vr.result.exchange
+                if ex is not None and ex.status == 200:
+                    body = ex.body.decode("utf-8", "replace")
+                    reasoning_field = "reasoning_content" if "reasoning_content" in body else (
+                        "reasoning" if '"reasoning"' in body else reasoning_field)
+    profile = {
+        "developer_role": ok("chat.role.developer"),
+        "max_completion_tokens": ok("req.max_completion_tokens.accepted"),
+        "usage_in_streams": ok("chat.stream.usage.final_chunk"),
+        "reasoning_field": reasoning_field,
+        "tool_choice": {"none": ok("tool_choice.none.not-offered"), "required": ok("tool_choice.required.instruction"),
+                        "forced": ok("tool_choice.forced.family-strategy")},
+        "logprobs": ok("chat.logprobs.shape"), "top_logprobs_max_32": ok("chat.top_logprobs.range"),
+        "stop_up_to_4": ok("stop.shape"), "anthropic_messages": ok("msgs.response.shape"),
+        "error_envelope_openai": ok("err.envelope.openai"), "stream_done_sentinel": ok("chat.stream.done_sentinel"),
+    }
+    profile["pi_compat"] = {
+        "supportsDeveloperRole": bool(profile["developer_role"]),
+        "supportsStore": False,
+        "maxTokensField": "max_completion_tokens" if profile["max_completion_tokens"] else "max_tokens",
+        "supportsUsageInStreaming": bool(profile["usage_in_streams"]),
+        "supportsReasoningEffort": ok("reasoning.effort.values") is True,
+    }
+    return profile
+
+
+def to_json(results: list[RuleResult], meta: dict[str, Any], redact: str | None = None) -> dict[str, Any]:
+    counts = Counter(rr.outcome for rr in results)
+    return {
+        "schema_version": SCHEMA_VERSION, "tool": "colibri-conform", **meta,
+        "summary": {o: counts.get(o, 0) for o in OUTCOMES},
+        "rules": [{"id": rr.rule.id, "title": rr.rule.title, "level": rr.rule.level, "kind": rr.rule.kind,
+                   "outcome": rr.outcome, **({"reason": rr.reason} if rr.reason else {}),
+                   "vectors": [_vector_doc(v, redact) for v in rr.vectors]} for rr in results],
+        "compat": compat_profile(results),
+    }
+
+
+def write_junit(results: list[RuleResult], path: Path) -> None:
+    cases = []
+    counts = Counter()
+    for rr in results:
+        vectors = rr.vectors or []
+        if not vectors:
+            cases.append(f'<testcase classname={quoteattr(rr.rule.id)} name="rule"><skipped message={quoteattr(rr.reason)}/></testcase>')
+            counts["skipped"] += 1
+            continue
+        for vr in vectors:
+            r = vr.result
+            name = quoteattr(f"{vr.vector.name} [{vr.mode}]")
+            body = ""
+            if r.outcome in ("FAIL", "ERROR"):
+                tag = "failure" if r.outcome == "FAIL" else "error"
+                msg = str(r.failure) if r.failure else r.reason
+                body = f"<{tag} message={quoteattr(msg[:500])}>{escape(msg)}</{tag}>"
+                counts["failures" if tag == "failure" else "errors"] += 1
+            elif r.outcome != "PASS":
+                body = f"<skipped message={quoteattr(r.outcome + ': ' + (r.reason or str(r.failure or '')))}/>"
+                counts["skipped"] += 1
+            cases.append(f"<testcase classname={quoteattr(rr.rule.id)} name={name}>{body}</testcase>")
+    xml = (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuite name="colibri-conform" tests="{len(cases)}" '
+           f'failures="{counts["failures"]}" errors="{counts["errors"]}" skipped="{counts["skipped"]}">\n'
+           + "\n".join(cases) + "\n</testsuite>\n")
+    path.write_text(xml)
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    s = doc["summary"]
+    lines = [f"# colibri-conform: {doc['target']}", "",
+             " · ".join(f"**{k}** {v}" for k, v in s.items() if v), "",
+             "| rule | level | outcome | detail |", "|---|---|---|---|"]
+    for r in doc["rules"]:
+        if r["outcome"] in ("PASS", "SKIPPED"):
+            continue
+        bad = next((v for v in r["vectors"] if v["outcome"] == r["outcome"]), None)
+        detail = (f"{bad['name']} [{bad['mode']}]: {bad.get('check', '')} expected {bad.get('expected', '')} "
+                  f"got {bad.get('actual', '')}" if bad else r.get("reason", ""))
+        lines.append(f"| `{r['id']}` | {r['level']} | {r['outcome']} | {detail[:300].replace('|', '/')} |")
+    lines += ["", "## Compat profile", "", "```json", json.dumps(doc["compat"], indent=2), "```", ""]
+    return "\n".join(lines)
+
+
+def write_html(doc: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "evidence").mkdir(exist_ok=True)
+    colors = {"PASS": "#2e7d32", "FAIL": "#c62828", "NON-STRICT": "#ef6c00", "UNSUPPORTED": "#6a1b9a",
+              "INCONCLUSIVE": "#5d4037", "SKIPPED": "#757575", "ERROR": "#000"}
+    rows = []
+    for r in doc["rules"]:
+        link = html.escape(r["id"])
+        if any("evidence" in v or v["outcome"] != "PASS" for v in r["vectors"]):
+            page = out / "evidence" / f"{r['id']}.html"
+            body = "".join(f"<h3>{html.escape(v['name'])} [{v['mode']}]: {v['outcome']}</h3>"
+                           f"<pre>{html.escape(json.dumps(v, indent=2, ensure_ascii=False))}</pre>" for v in r["vectors"])
+            page.write_text(f"<!doctype html><meta charset=utf-8><title>{link}</title><h1>{link}</h1>"
+                            f"<p>{html.escape(r['title'])}</p>{body}")
+            link = f'<a href="evidence/{html.escape(r["id"])}.html">{link}</a>'
+        rows.append(f"<tr><td>{link}</td><td>{r['level']}</td><td style='color:{colors[r['outcome']]}'>"
+                    f"{r['outcome']}</td><td>{html.escape(r['title'])}</td></tr>")
+    summary = " · ".join(f"{k} {v}" for k, v in doc["summary"].items() if v)
+    (out / "index.html").write_text(
+        "<!doctype html><meta charset=utf-8><title>colibri-conform</title>"
+        "<style>body{font-family:sans-serif;margin:2em}td{padding:2px 8px}tr:nth-child(even){background:#f4f4f4}</style>"
+        f"<h1>colibri-conform: {html.escape(str(doc['target']))}</h1><p>{summary}</p>"
+        f"<p>{html.escape(doc['started'])}, {doc['duration_seconds']:.1f} s</p>"
+        "<table><tr><th>rule</th><th>level</th><th>outcome</th><th>title</th></tr>" + "".join(rows) + "</table>")
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

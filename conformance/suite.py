@@ -1,0 +1,163 @@
+"""Selecting rules, running their vectors (in both modes where the rule has both, trials for
+behaviour rules), and folding vector results into one outcome per rule."""
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from colibri.spec.model import Vector
+
+from .runner import Result, run_vector
+
+OUTCOMES = ("PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "INCONCLUSIVE", "SKIPPED", "ERROR")
+#: Codes that mean "this server cleanly does not offer that" rather than "this server is wrong".
+UNSUPPORTED_CODES = {"unsupported_parameter", "unsupported_value", "unsupported_content_type", "unsupported_role"}
+
+
+@dataclass
+class Selection:
+    profiles: list[str]
+    strict: bool = False
+    prefixes: list[str] = field(default_factory=list)
+    remote: bool = False
+
+
+def skip_reason(rule: Any, sel: Selection) -> str | None:
+    if sel.prefixes and not any(rule.id == p or rule.id.startswith(p.rstrip(".") + ".") for p in sel.prefixes):
+        return "not selected by --rule"
+    if not set(rule.profiles) & set(sel.profiles):
+        return f"profiles {rule.profiles} not selected ({', '.join(sel.profiles)})"
+    if rule.level == "SHOULD" and not sel.strict:
+        return "SHOULD rule: run with --strict"
+    if rule.level in ("MAY", "INFO") and not sel.strict and not rule.vectors:
+        return "informational"
+    return None
+
+
+def vector_skip(vector: Vector, remote: bool) -> str | None:
+    if remote and vector.server:
+        return f"needs server settings {sorted(vector.server)} that only an in-process run can make"
+    return None
+
+
+def variants(rule: Any, vector: Vector) -> list[tuple[str, Vector]]:
+    """The vector as written, plus its stream twin when the rule runs in both modes and the
+    expectations do not depend on the JSON body (errors before commit are such a case)."""
+    req = vector.request or {}
+    mode = "stream" if req.get("stream") else "unary"
+    out = [(mode, vector)]
+    can_stream = vector.endpoint in ("chat", "completions", "messages") and vector.method == "POST"
+    # A rule whose checks depend on `stream` itself would change meaning in the twin.
+    about_stream = any((c.get("requires") or c.get("conflicts") or {}).get("field") == "stream" for c in rule.checks)
+    can_stream = can_stream and not about_stream
+    if (mode == "unary" and "stream" in rule.modes and "unary" in rule.modes and can_stream
+            and vector.raw_body is None and not vector.expect.get("json") and not vector.expect.get("absent")
+            and not vector.expect.get("checks") and not vector.replace):
+        twin = copy.copy(vector)
+        twin.request = dict(req, stream=True)
+        twin.name = vector.name + "~stream"
+        out.append(("stream", twin))
+    return out
+
+
+@dataclass
+class VectorResult:
+    vector: Vector
+    mode: str
+    result: Result
+
+
+@dataclass
+class RuleResult:
+    rule: Any
+    outcome: str
+    vectors: list[VectorResult] = field(default_factory=list)
+    reason: str = ""
+
+
+def fold(rule: Any, results: list[VectorResult]) -> str:
+    outs = [r.result.outcome for r in results]
+    if not outs:
+        return "SKIPPED"
+    for o in ("ERROR", "FAIL", "NON-STRICT", "UNSUPPORTED", "INCONCLUSIVE"):
+        if o in outs:
+            return o
+    return "PASS" if "PASS" in outs else "SKIPPED"
+
+
+def _unsupported(res: Result, vector: Vector) -> bool:
+    ex = res.exchange
+    if res.outcome != "FAIL" or ex is None or vector.expect["status"] >= 400 or not 400 <= ex.status < 500:
+        return False
+    try:
+        err = ex.json().get("error") or {}
+    except ValueError:
+        return False
+    return err.get("code") in UNSUPPORTED_CODES
+
+
+def run_rule(spec: Any, rule: Any, target_for: Callable[[Vector], Any], sel: Selection,
+             budget: list[int], release: Callable[[Vector], None] | None = None) -> RuleResult:
+    results: list[VectorResult] = []
+    for base in rule.vectors:
+        reason = vector_skip(base, sel.remote)
+        for mode, vector in variants(rule, base):
+            if reason:
+                results.append(VectorResult(vector, mode, Result("SKIPPED", None, reason=reason)))
+                continue
+            res = None
+            for _ in range(max(1, rule.trials if rule.kind == "behaviour" else 1)):
+                if budget[0] <= 0:
+                    res = Result("SKIPPED", None, reason="request budget exhausted")
+                    break
+                budget[0] -= 1
+                try:
+                    res = run_vector(spec, rule, vector, target_for(vector))
+                finally:
+                    if release:
+                        release(vector)
+                if res.outcome != "INCONCLUSIVE":
+                    break
+            assert res is not None
+            if _unsupported(res, vector):
+                res = Result("UNSUPPORTED", res.exchange, res.failure, "refused cleanly with an unsupported_* error")
+            results.append(VectorResult(vector, mode, res))
+    return RuleResult(rule, fold(rule, results), results)
+
+
+def run_suite(spec: Any, sel: Selection, target_for: Callable[[Vector], Any], *, concurrency: int = 1,
+              budget: int = 100000, release: Callable[[Vector], None] | None = None,
+              progress: Callable[[RuleResult, int, int], None] | None = None) -> tuple[list[RuleResult], float]:
+    started = time.monotonic()
+    chosen, skipped = [], []
+    for r in spec.rules:
+        why = skip_reason(r, sel)
+        if why:
+            skipped.append(RuleResult(r, "SKIPPED", reason=why))
+        else:
+            chosen.append(r)
+    left = [budget]
+    results: list[RuleResult] = []
+    # Rules that need special server state run alone; the rest may overlap.
+    serial = [r for r in chosen if any(v.server for v in r.vectors)]
+    parallel = [r for r in chosen if r not in serial]
+    done = 0
+    with ThreadPoolExecutor(max(1, concurrency)) as pool:
+        for rr in pool.map(lambda r: run_rule(spec, r, target_for, sel, left, release), parallel):
+            results.append(rr)
+            done += 1
+            if progress:
+                progress(rr, done, len(chosen))
+    for r in serial:
+        rr = run_rule(spec, r, target_for, sel, left, release)
+        results.append(rr)
+        done += 1
+        if progress:
+            progress(rr, done, len(chosen))
+    order = {r.id: i for i, r in enumerate(spec.rules)}
+    all_results = sorted(results + skipped, key=lambda x: order[x.rule.id])
+    return all_results, time.monotonic() - started
