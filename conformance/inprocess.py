@@ -18,8 +18,9 @@ SETTING_KEYS = {"family", "api_key", "max_queue", "queue_timeout", "kv_slots", "
 
 
 class ServerPool:
-    def __init__(self, family: str = "glm") -> None:
+    def __init__(self, family: str = "glm", wrap: Any = None) -> None:
         self.model = Model()
+        self.wrap = wrap  # a WSGI wrapper applied to every app (the suite's own tests inject defects)
         self.family = family  # for vectors that do not name one
         self.services: dict[str, Service] = {}
 
@@ -50,7 +51,7 @@ class ServerPool:
             def boom(*a: Any, **k: Any) -> Any:
                 raise RuntimeError("injected fault")
             svc.render = boom  # type: ignore[method-assign]
-        return InProcessTarget(app)
+        return InProcessTarget(self.wrap(app) if self.wrap else app)
 
     def release(self, server: dict[str, Any]) -> None:
         """Undo the test-only state a vector put on a shared service."""

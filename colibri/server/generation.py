@@ -219,20 +219,32 @@ class Generation:
 
     def content_logprobs(self) -> list[LogprobEntry]:
         """One entry per token that reached the content, cut to the characters that did: joining
-        the entries' token texts gives exactly the content."""
+        the entries' token texts gives exactly the content, and joining their bytes gives its
+        UTF-8 (a token holding part of a character reports that part; one whose bytes were not
+        valid UTF-8 reports none, and the token after it carries the U+FFFD it became)."""
         out: list[LogprobEntry] = []
         pos = 0
         for rec, s, e in self.records:
             parts = [p.text[max(s, p.offset) - p.offset: min(e, p.end) - p.offset]
                      for p in self.content if p.offset < e and s < p.end]
-            inside = any(p.offset <= s < p.end or (s == e and p.offset <= s <= p.end) for p in self.content)
+            inside = any(p.offset <= s <= p.end for p in self.content)
             if not parts and not (s == e and inside):
                 continue
             text = "".join(parts)
-            whole = self.raw[s:e] == text
-            own = list(self.token_bytes[rec.token])
-            out.append(LogprobEntry(text, rec.logprob, own if whole else list(text.encode()), self._top(rec), pos))
+            out.append(LogprobEntry(text, rec.logprob, list(self.token_bytes[rec.token]), self._top(rec), pos))
             pos += len(text)
+        text_all = "".join(p.text for p in self.content)
+        content = text_all.encode()
+        done = 0  # bytes of the content reported so far
+        for entry in out:
+            if entry.token:
+                end = len(text_all[: entry.offset + len(entry.token)].encode())
+                entry.bytes, done = list(content[done:end]), end
+            else:
+                own = bytes(entry.bytes)
+                fits = content[done:done + len(own)] == own
+                entry.bytes = list(own) if fits else []
+                done += len(own) if fits else 0
         return out
 
     def echo_logprobs(self) -> list[LogprobEntry]:
