@@ -162,8 +162,9 @@ def _clamp_top_logprobs(path: str, body: Body) -> Body:
 
 
 def _refuse_developer(path: str, body: Body | None, status: int, headers: list, data: bytes):
-    if isinstance(body, dict) and path == "/v1/chat/completions" and any(
-            isinstance(m, dict) and m.get("role") == "developer" for m in body.get("messages") or []):
+    msgs = body.get("messages") if isinstance(body, dict) else None
+    if path == "/v1/chat/completions" and isinstance(msgs, list) and any(
+            isinstance(m, dict) and m.get("role") == "developer" for m in msgs):
         return 400, [("Content-Type", "application/json")], json.dumps({"error": {
             "message": "developer is not one of ['system', 'assistant', 'user', 'tool']", "type": "invalid_request_error",
             "param": "messages", "code": None}}).encode()

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,10 +22,16 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def live_server(*args: str, env: dict[str, str] | None = None, ready_timeout: float = 60.0) -> Iterator[str]:
+    import colibri
+
     port = free_port()
+    # The server imports the same colibri the tests import (the installed wheel under tox).
+    where = os.path.dirname(os.path.dirname(os.path.abspath(colibri.__file__)))
+    child_env = {**os.environ, **(env or {}), "PYTHONPATH": where}
     proc = subprocess.Popen([sys.executable, "-m", "colibri.cli", "serve", "--port", str(port), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                            start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env,
+                            start_new_session=True,
+                            cwd=tempfile.gettempdir())  # import the installed package, not the source tree
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + ready_timeout
