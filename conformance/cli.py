@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
+from .suite import PROFILES_ALL as PROFILES
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
-PROFILES = ("openai", "strict", "anthropic", "logprobs", "tools", "reasoning", "streaming", "completions",
-            "operations", "continuation", "extensions")
 
 
 def _run_parser() -> argparse.ArgumentParser:

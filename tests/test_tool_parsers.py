@@ -72,3 +72,20 @@ def test_validate_call():
         "missing required argument 'city'", "argument 'days' is not a integer"]
     assert validate_call({"name": "get_weather", "arguments": {"city": "x", "zz": 1}}, TOOLS) == [
         "undeclared argument 'zz'"]
+
+
+@pytest.mark.parametrize("family,fmt", [("glm", "glm-xml"), ("chatml", "json-tags"), ("qwen-xml", "qwen-xml")])
+def test_each_family_template_renders_calls_its_parser_reads_back(family, fmt):
+    """Renderer and parser of every native format agree: a call rendered into history by the
+    family's template parses back to the same call (rule tools.args.typed)."""
+    from colibri.chat_template import render
+    from colibri.model import Model
+    from colibri.spec import load_spec
+
+    row = load_spec().families[family].row
+    call = {"name": "get_weather", "arguments": {"city": "Høvik 00123", "days": 3, "code": "00123"}}
+    msgs = [{"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": call}]}]
+    text = render(Model().template(row["template"]), msgs, tools=TOOLS, add_generation_prompt=False)
+    block = text[text.index("<tool_call>"): text.rindex("</tool_call>") + len("</tool_call>")]
+    assert parse(fmt, block, TOOLS).calls == [call]

@@ -188,6 +188,19 @@ class OpenAPI:
         resp.data = (data_dir("schemas") / "openapi.json").read_bytes()
 
 
+class SpecPage:
+    """The rendered spec, built once from the spec the server runs on."""
+
+    def __init__(self, svc: Service):
+        from ..spec.docs import render_html
+
+        self.page = render_html(svc.spec).encode()
+
+    def on_get(self, req: Any, resp: Any) -> None:
+        resp.data = self.page
+        resp.content_type = "text/html; charset=utf-8"
+
+
 def create_app(service: Service) -> falcon.App:
     """The WSGI app over an already built Service (tests pass one with fakes injected)."""
     s = service.settings
@@ -204,6 +217,7 @@ def create_app(service: Service) -> falcon.App:
     app.add_route("/health", Health(service))
     app.add_route("/metrics", Metrics(service))
     app.add_route("/openapi.json", OpenAPI())
+    app.add_route("/spec", SpecPage(service))
     app.add_error_handler(Exception, handle_unexpected)
     app.add_error_handler(falcon.HTTPError, handle_http_error)
     app.add_error_handler(ApiError, handle_api_error)

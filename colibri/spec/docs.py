@@ -120,3 +120,40 @@ def render_docs(spec: Spec, out: Path) -> list[Path]:
         p.write_text("\n".join(text) + "\n")
         written.append(p)
     return written
+
+
+def render_html(spec: Spec) -> str:
+    """The whole spec as one self-contained HTML page (served at /spec): a table of contents,
+    then every rule with its level, reason, checks and examples. Rule bodies are Markdown and
+    shown as written."""
+    import html
+
+    def esc(s: str) -> str:
+        return html.escape(s, quote=False)
+
+    toc, sections = [], []
+    for t in spec.topics:
+        toc.append(f'<li><a href="#{t.name}">{esc(t.title)}</a> ({len(t.rules)})</li>')
+        rules = []
+        for r in t.rules:
+            checks = "".join(f"<li><code>{esc(_check_row(c))}</code></li>" for c in r.checks)
+            examples = "".join(f"<li><b>{esc(v.name)}</b>: {esc(_vector_request(spec, v))} → {esc(_expect(v))}</li>"
+                               for v in r.vectors if not v.generated)
+            rules.append(
+                f'<section id="{esc(r.id)}"><h3><code>{esc(r.id)}</code> {esc(r.title)}</h3>'
+                f'<p class="meta"><b>{r.level}</b> · {r.kind} · {", ".join(r.modes)} · {", ".join(r.endpoints)} · '
+                f'{", ".join(r.profiles)}</p><div class="body">{esc(r.body.strip())}</div>'
+                + (f"<ul class=checks>{checks}</ul>" if checks else "")
+                + (f"<p>Examples:</p><ul>{examples}</ul>" if examples else "")
+                + f'<p class="src">Source: {esc("; ".join(r.source))}</p></section>')
+        sections.append(f'<h2 id="{t.name}">{esc(t.title)}</h2><div class="body">{esc(t.description.strip())}</div>'
+                        + "".join(rules))
+    errors = "".join(f"<tr><td><code>{e.code}</code></td><td>{e.status}</td><td>{e.type}</td><td>{e.anthropic_type}</td>"
+                     f"<td>{esc(e.description)}</td></tr>" for e in spec.errors.values())
+    return ("<!doctype html><html><head><meta charset=utf-8><title>colibri spec</title><style>"
+            "body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;padding:0 1em;line-height:1.45}"
+            ".body{white-space:pre-wrap}.meta,.src{color:#555;font-size:.9em}section{border-top:1px solid #ddd;"
+            "margin-top:1em}td{padding:2px 6px;vertical-align:top}</style></head><body>"
+            f"<h1>colibri spec</h1><p>{len(spec.rules)} rules, {len(spec.vectors())} vectors.</p>"
+            f"<ul>{''.join(toc)}<li><a href=#errors>Error codes</a></li></ul>" + "".join(sections)
+            + f"<h2 id=errors>Error codes</h2><table>{errors}</table></body></html>")

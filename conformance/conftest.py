@@ -1,0 +1,60 @@
+"""pytest plugin face of the suite: `pytest conformance/ [--base-url URL]` collects one test
+per selected rule, named by its id. The CLI (`colibri-conform`) runs the same rules with
+reports; this is for people who live in pytest."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def pytest_addoption(parser: Any) -> None:
+    g = parser.getgroup("colibri-conform")
+    g.addoption("--base-url", default=None, help="target server; default: the in-process reference server")
+    g.addoption("--api-key", default=None, help="key sent as Bearer and x-api-key")
+    g.addoption("--model", default=None, help="model id for requests against --base-url")
+    g.addoption("--conform-profile", action="append", default=None, help="rule profile (repeatable)")
+    g.addoption("--conform-strict", action="store_true", help="also run SHOULD rules")
+
+
+def pytest_generate_tests(metafunc: Any) -> None:
+    if "rule" not in metafunc.fixturenames:
+        return
+    from colibri.spec import load_spec
+
+    from .suite import PROFILES_ALL, Selection, skip_reason
+
+    cfg = metafunc.config
+    remote = bool(cfg.getoption("--base-url"))
+    sel = Selection(profiles=cfg.getoption("--conform-profile") or (["openai"] if remote else list(PROFILES_ALL)),
+                    strict=cfg.getoption("--conform-strict"), remote=remote)
+    spec = load_spec()
+    rules = [r for r in spec.rules if skip_reason(r, sel) is None]
+    metafunc.parametrize("rule", rules, ids=[r.id for r in rules])
+
+
+@pytest.fixture(scope="session")
+def conform_env(request: Any) -> Any:
+    from colibri.spec import load_spec
+
+    from .cli import _with_model
+    from .exchange import HttpTarget
+    from .suite import PROFILES_ALL, Selection
+
+    cfg = request.config
+    spec = load_spec()
+    url = cfg.getoption("--base-url")
+    sel = Selection(profiles=cfg.getoption("--conform-profile") or (["openai"] if url else list(PROFILES_ALL)),
+                    strict=cfg.getoption("--conform-strict"), remote=bool(url))
+    if url:
+        key = cfg.getoption("--api-key")
+        target = HttpTarget(url, {"Authorization": f"Bearer {key}", "x-api-key": key} if key else {})
+        if cfg.getoption("--model"):
+            _with_model(spec, cfg.getoption("--model"))
+        yield spec, sel, (lambda v: target), None
+        return
+    from .inprocess import ServerPool
+
+    pool = ServerPool()
+    yield spec, sel, (lambda v: pool.target(v.server)), (lambda v: pool.release(v.server))
+    pool.close()
