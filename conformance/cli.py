@@ -44,6 +44,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--junit", help="write JUnit XML here")
     p.add_argument("--markdown", help="write a Markdown summary here")
     p.add_argument("--html", help="write a static HTML report into this folder")
+    p.add_argument("--fuzz", type=int, default=None, metavar="N",
+                   help="generated requests per operation for the schemathesis and property phases "
+                        "(default 20 in-process, 0 against a URL; 0 turns them off)")
     p.add_argument("--family", default="glm", help="in-process only: the reference server's family row")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return p
@@ -144,6 +147,22 @@ def cmd_run(argv: list[str]) -> int:
     started = now_iso()
     results, duration = run_suite(spec, sel, target_for, concurrency=args.concurrency, budget=args.budget,
                                   release=release, progress=progress)
+    fuzz = args.fuzz if args.fuzz is not None else (0 if remote else 20)
+    if fuzz > 0:
+        from .fuzz import property_phase, schemathesis_phase
+        from .suite import fold_findings
+
+        if not args.quiet:
+            print(f"fuzzing: schemathesis and property phases, {fuzz} examples per operation", file=sys.stderr)
+        if remote:
+            findings = schemathesis_phase(args.base_url, fuzz, headers=headers) + property_phase(spec, target, fuzz)
+        else:
+            from colibri.spec.vectors import DEFAULT_SETTINGS
+
+            t0 = pool.target({})
+            findings = schemathesis_phase(t0.client.app, fuzz) + property_phase(
+                spec, t0, fuzz, family=args.family, settings_=dict(DEFAULT_SETTINGS, family=args.family))
+        fold_findings(results, findings)
     fixed = []
     for rr in results:
         if rr.rule.id in expectations:

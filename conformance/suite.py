@@ -163,3 +163,19 @@ def run_suite(spec: Any, sel: Selection, target_for: Callable[[Vector], Any], *,
     order = {r.id: i for i, r in enumerate(spec.rules)}
     all_results = sorted(results + skipped, key=lambda x: order[x.rule.id])
     return all_results, time.monotonic() - started
+
+
+def fold_findings(results: list[RuleResult], findings: list[Any]) -> None:
+    """Generated-request findings count against the rule they break (a FAIL with evidence)."""
+    from .checks import CheckFailure
+
+    by_id = {rr.rule.id: rr for rr in results}
+    for f in findings:
+        rr = by_id.get(f.rule_id)
+        if rr is None:
+            continue
+        vec = Vector(rule_id=f.rule_id, name=f"fuzz-{f.source.replace(':', '-')}", endpoint="any", expect={"status": 0})
+        failure = CheckFailure(f.source, "the rule's promise", f"{f.operation}: {f.message} (request {f.request})")
+        rr.vectors.append(VectorResult(vec, "unary", Result("FAIL" if rr.rule.level == "MUST" else "NON-STRICT",
+                                                           None, failure)))
+        rr.outcome = fold(rr.rule, rr.vectors)

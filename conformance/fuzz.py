@@ -1,0 +1,206 @@
+"""Generated requests on top of the fixed vectors.
+
+- `schemathesis_phase`: schemathesis against the target's OpenAPI document (the served
+  /openapi.json, or ours when the target has none), positive and negative generation, its
+  standard checks; each finding is mapped to the rule id it breaks.
+- `property_phase`: hypothesis strategies built from schemas/ (valid-shaped requests) and
+  from the rule tables (one field set to a value its check refuses), with invariants checked
+  on every response: never a 5xx, the right envelope, a refusal naming the code the tables
+  predict, a valid response schema and usage arithmetic on success.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+
+from colibri.schemas import all_schemas, validator
+from colibri.spec import RequestValidator
+
+from .exchange import Exchange
+
+#: schemathesis check -> the rule whose promise it tests
+CHECK_RULES = {
+    "not_a_server_error": "err.no-500-for-client-input",
+    "status_code_conformance": "err.envelope.openai",
+    "content_type_conformance": "err.envelope.openai",
+    "response_schema_conformance": {"POST /v1/chat/completions": "chat.response.shape",
+                                    "POST /v1/completions": "cmpl.response.shape",
+                                    "POST /v1/messages": "msgs.response.shape",
+                                    "GET /v1/models": "models.list", "GET /v1/models/{model}": "models.get",
+                                    "GET /health": "ops.health"},
+}
+
+
+@dataclass
+class Finding:
+    rule_id: str
+    source: str  # "schemathesis:<check>" or "property:<invariant>"
+    operation: str
+    message: str
+    request: str
+
+    def to_dict(self) -> dict[str, str]:
+        return self.__dict__.copy()
+
+
+def _settings(examples: int) -> Any:
+    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+def schemathesis_phase(app_or_url: Any, examples: int = 25, *, headers: dict[str, str] | None = None) -> list[Finding]:
+    import schemathesis
+    from schemathesis import GenerationMode
+
+    if isinstance(app_or_url, str):
+        base = app_or_url.rstrip("/").removesuffix("/v1")
+        try:
+            schema = schemathesis.openapi.from_url(base + "/openapi.json")
+        except Exception:  # noqa: BLE001 - the target serves none: test it against ours
+            from colibri.schemas import openapi
+            from colibri.spec import load_spec
+
+            schema = schemathesis.openapi.from_dict(openapi(load_spec()))
+            schema.config.update(base_url=base)
+    else:
+        schema = schemathesis.openapi.from_wsgi("/openapi.json", app_or_url)
+    findings: list[Finding] = []
+    for result in schema.get_all_operations():
+        op = result.ok()
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            try:
+                _fuzz_operation(op, op.as_strategy(generation_mode=mode), examples, headers or {}, findings)
+            except Unsatisfiable:  # e.g. negative mode on an operation with nothing to negate
+                continue
+    return _dedupe(findings)
+
+
+def _fuzz_operation(op: Any, strategy: Any, examples: int, headers: dict[str, str], findings: list[Finding]) -> None:
+    label = f"{op.method.upper()} {op.path}"
+
+    @_settings(examples)
+    @given(case=strategy)
+    def run(case: Any) -> None:
+        case.headers = {**(case.headers or {}), "Host": "localhost", **headers}
+        response = case.call()
+        try:
+            case.validate_response(response)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # schemathesis raises a (Base)ExceptionGroup of failures
+            for failure in getattr(exc, "exceptions", [exc]):
+                name = (getattr(failure, "checks", ()) or (type(failure).__name__,))[0]
+                mapped = CHECK_RULES.get(name, "err.no-500-for-client-input")
+                rule = mapped.get(label, "err.envelope.openai") if isinstance(mapped, dict) else mapped
+                if label.startswith("POST /v1/messages") and rule == "err.envelope.openai":
+                    rule = "err.envelope.anthropic"
+                findings.append(Finding(rule, f"schemathesis:{name}", label, str(failure)[:500], repr(case.body)[:500]))
+
+    run()
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen, out = set(), []
+    for f in findings:
+        key = (f.rule_id, f.source, f.operation)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
+def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: Any) -> list[tuple[str, str, str]]:
+    """(rule id, invariant, message) for every promise this response breaks."""
+    bad: list[tuple[str, str, str]] = []
+    envelope = spec.endpoints[endpoint].envelope
+    if ex.status >= 500:
+        return [("err.no-500-for-client-input", "no_5xx", f"{ex.status}: {ex.body[:200]!r}")]
+    if ex.status >= 400:
+        schema = "error.anthropic.json" if envelope == "anthropic" else "error.openai.json"
+        try:
+            doc = ex.json()
+            validator(schema).validate(doc)
+        except Exception as e:  # noqa: BLE001 - any parse or schema failure is the finding
+            rid = "err.envelope.anthropic" if envelope == "anthropic" else "err.envelope.openai"
+            return [(rid, "envelope", str(e)[:300])]
+        if predicted is not None and envelope == "openai" and doc["error"]["code"] != predicted.code:
+            bad.append((predicted.rule_id, "predicted_refusal",
+                        f"the tables refuse with {predicted.code} on {predicted.param}, the server said "
+                        f"{doc['error']['code']} on {doc['error']['param']}"))
+        return bad
+    if predicted is not None:
+        bad.append((predicted.rule_id, "predicted_refusal", f"accepted; the tables refuse with {predicted.code} "
+                                                            f"on {predicted.param}"))
+    resp_schema = spec.endpoints[endpoint].response_schema
+    if resp_schema and not ex.is_sse:
+        errs = list(validator(resp_schema).iter_errors(ex.json()))
+        if errs:
+            bad.append(({"chat": "chat.response.shape", "completions": "cmpl.response.shape",
+                         "messages": "msgs.response.shape"}[endpoint], "response_schema", errs[0].message))
+        u = ex.json().get("usage") or {}
+        if endpoint != "messages" and u and u.get("prompt_tokens", 0) + u.get("completion_tokens", 0) != u.get("total_tokens"):
+            bad.append(("gen.usage.counts", "usage_arithmetic", str(u)))
+    return bad
+
+
+def request_strategy(spec: Any, endpoint: str) -> Any:
+    """Requests near the endpoint's minimal one: schema-shaped extra fields, or one field of a
+    check set to a value that check's kind refuses (the rule tables' own samples)."""
+    from hypothesis_jsonschema import from_schema
+
+    from colibri.spec.checks import KINDS
+    from colibri.spec.paths import set_path
+
+    base = spec.endpoints[endpoint].minimal_request
+    schema = all_schemas()[spec.endpoints[endpoint].schema]
+    props = {k: v for k, v in schema.get("properties", {}).items() if "$ref" not in json.dumps(v)}
+    checks = [c for c in spec.checks_for(endpoint) if c.kind not in ("required", "keys", "capability", "requires",
+                                                                        "conflicts", "member_of", "family_enum")]
+
+    def mutate(i: int, choice: int) -> dict[str, Any]:
+        c = checks[i % len(checks)]
+        samples = [v for v, ok in KINDS[c.kind][1](c.arg, dict(c.raw)) if not ok]
+        body = json.loads(json.dumps(base))
+        if samples:
+            set_path(body, c.segments, samples[choice % len(samples)])
+        return body
+
+    shaped = st.fixed_dictionaries({}, optional={k: from_schema(v) for k, v in list(props.items())[:40]}).map(
+        lambda extra: {**base, **{k: v for k, v in extra.items() if k not in ("model", "stream")}})
+    mutated = st.builds(mutate, st.integers(0, 10_000), st.integers(0, 10))
+    return st.one_of(shaped, mutated)
+
+
+def property_phase(spec: Any, target: Any, examples: int = 25, *, family: str = "glm",
+                   settings_: dict[str, Any] | None = None) -> list[Finding]:
+    """Fuzz each generation endpoint; with `settings_` the refusals are also checked against
+    what the compiled tables predict for that server (in-process runs know them)."""
+    findings: list[Finding] = []
+    for endpoint in ("chat", "completions", "messages"):
+        predictor = RequestValidator(spec, endpoint, family, settings_) if settings_ is not None else None
+        _fuzz_endpoint(spec, target, endpoint, examples, predictor, findings)
+    return _dedupe(findings)
+
+
+def _fuzz_endpoint(spec: Any, target: Any, endpoint: str, examples: int, predictor: Any,
+                   findings: list[Finding]) -> None:
+    path = spec.endpoints[endpoint].path
+
+    @_settings(examples)
+    @given(body=request_strategy(spec, endpoint))
+    def run(body: dict[str, Any]) -> None:
+        mt = body.get("max_tokens")
+        if isinstance(mt, int) and not isinstance(mt, bool):
+            body = dict(body, max_tokens=min(mt, 8))  # keep generation short; validity unchanged
+        ex = target.send("POST", path, json.dumps(body).encode())
+        predicted = predictor.first_failure(body) if predictor else None
+        for rule_id, name, message in _invariants(spec, endpoint, body, ex, predicted):
+            findings.append(Finding(rule_id, f"property:{name}", f"POST {path}", message,
+                                    json.dumps(body, ensure_ascii=False)[:500]))
+
+    run()
