@@ -26,6 +26,8 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--threads", "COLI_THREADS", int, 8, "HTTP threads"),
     ("--engine-threads", "COLI_ENGINE_THREADS", int, 0, "compute threads for the engine (0: all cores)"),
     ("--keepalive", "COLI_KEEPALIVE", float, 10.0, "seconds of stream silence before a keepalive is sent"),
+    ("--read-deadline", "COLI_READ_DEADLINE", float, 30.0,
+     "seconds a client has to send its request headers (and, again, its body) before 408 and close"),
     ("--debug-step-delay", "COLI_DEBUG_STEP_DELAY", float, 0.0,
      "testing aid: sleep this many seconds before every engine step (to exercise queueing and cancellation)"),
 ]
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from .server.service import Service
 
     settings = settings_from(args)
+    os.environ["COLI_READ_DEADLINE"] = str(args.read_deadline)  # read by the worker class at import
     model = Model(args.model, n_ctx=args.ctx)  # fail early, in the parent, on a bad model directory
     holder: dict[str, Any] = {}
 
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         def load_config(self) -> None:
             self.cfg.set("bind", f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}")
             self.cfg.set("workers", 1)
-            self.cfg.set("worker_class", "gthread")
+            self.cfg.set("worker_class", "colibri.server.worker.DeadlineThreadWorker")
             self.cfg.set("threads", int(args.threads))
             self.cfg.set("timeout", 0)  # generation may take longer than any heartbeat
             self.cfg.set("graceful_timeout", 30)

@@ -157,11 +157,43 @@ def test_auth_host_cors_and_limits():
         with socket.create_connection((host, int(port)), timeout=10) as s:
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekrit\r\n"
                       b"Content-Type: application/json\r\nContent-Length: 5000000\r\n\r\n{")
-            reply = s.recv(65536).decode()
-        assert reply.startswith("HTTP/1.1 413") and "request_too_large" in reply
+            reply = b""
+            while b"request_too_large" not in reply and (chunk := s.recv(65536)):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 413") and b"request_too_large" in reply
 
 
 def test_refuses_public_bind_without_key():
     from colibri.serve import main
 
     assert main(["--host", "0.0.0.0", "--port", "1"]) == 2
+
+
+def test_trickled_request_gets_408_and_is_dropped():
+    """Rule ops.read-deadline: a slowloris client cannot hold a thread past the deadline."""
+    with live_server("--read-deadline", "1") as base:
+        host, port = base.split("//")[1].split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            start = time.monotonic()
+            reply = b""
+            for ch in b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n":
+                try:
+                    s.sendall(bytes([ch]))
+                except OSError:
+                    break
+                time.sleep(0.1)
+                s.setblocking(False)
+                try:
+                    reply += s.recv(65536)
+                except BlockingIOError:
+                    pass
+                s.setblocking(True)
+                if reply:
+                    break
+            if not reply:
+                s.settimeout(5)
+                reply = s.recv(65536)
+            assert reply.startswith(b"HTTP/1.1 408") and b"request_timeout" in reply
+            assert time.monotonic() - start < 5
+        # a normal request is still served
+        assert post(base, "/v1/chat/completions", chat("Repeat exactly: ok"))[0] == 200

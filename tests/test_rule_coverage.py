@@ -13,12 +13,13 @@ COVERED_ELSEWHERE = {
     "ops.bind.loopback-default": ["test_live_server:test_refuses_public_bind_without_key"],
     "ops.cancel.disconnect": ["test_live_server:test_disconnect_mid_stream_frees_the_slot_and_counts_a_cancel",
                               "test_live_server:test_disconnect_while_waiting_for_a_json_answer_cancels"],
+    "ops.read-deadline": ["test_live_server:test_trickled_request_gets_408_and_is_dropped"],
     "tools.args.typed": ["test_tool_parsers:test_each_family_template_renders_calls_its_parser_reads_back",
                          "test_tool_parsers:test_glm_xml_typed_values_and_verbatim_strings"],
 }
 #: Rules not reached yet: open work of the operations issue. Listed so the gap is visible and
 #: so this test fails when a new rule joins them, or when one of them gets its test.
-NOT_YET = {"ops.read-deadline", "ops.kv-persistence"}
+NOT_YET = {"ops.kv-persistence"}
 
 
 def _runs_in_process(vector) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 
 def detector(env: dict[str, Any]) -> Callable[[], bool]:
     sock = env.get("gunicorn.socket")
+    sock = getattr(sock, "_sock", sock)  # the raw socket under a read-deadline wrapper
     if not isinstance(sock, socket.socket):
         return lambda: False
 

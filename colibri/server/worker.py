@@ -1,0 +1,86 @@
+"""gunicorn's gthread worker with a cumulative read deadline (the slowloris defence).
+
+A client that sends its request a byte at a time would otherwise hold an HTTP thread for as
+long as it likes. Each request gets `read_deadline` seconds in total to deliver its headers
+and body; past it the client receives 408 `request_timeout` and the connection is closed.
+The deadline covers reading only: once the request is in, writing the answer (a long
+stream, say) is not limited.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+from gunicorn.workers.gthread import ThreadWorker
+
+READ_DEADLINE = float(os.environ.get("COLI_READ_DEADLINE", "30"))
+
+_TIMEOUT_BODY = json.dumps({"error": {"message": "The request was not received within the read deadline.",
+                                      "type": "invalid_request_error", "param": None,
+                                      "code": "request_timeout"}}).encode()
+
+
+class DeadlineSocket:
+    """A socket whose reads share one deadline; everything else is the socket's own."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self.deadline = time.monotonic() + READ_DEADLINE
+
+    def restart(self) -> None:
+        self.deadline = time.monotonic() + READ_DEADLINE
+
+    def _wait(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            self._expire()
+        self._sock.settimeout(left)
+
+    def _expire(self) -> None:
+        try:
+            self._sock.settimeout(1.0)
+            self._sock.sendall(b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                               + f"Content-Length: {len(_TIMEOUT_BODY)}\r\n\r\n".encode() + _TIMEOUT_BODY)
+        except OSError:
+            pass
+        raise TimeoutError("read deadline passed")
+
+    def recv(self, n: int, *flags: Any) -> bytes:
+        self._wait()
+        try:
+            return self._sock.recv(n, *flags)
+        except TimeoutError:
+            self._expire()
+            raise
+
+    def recv_into(self, buf: Any, *args: Any) -> int:
+        self._wait()
+        try:
+            return self._sock.recv_into(buf, *args)
+        except TimeoutError:
+            self._expire()
+            raise
+
+    def setblocking(self, flag: bool) -> None:
+        self._sock.setblocking(flag)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+class DeadlineThreadWorker(ThreadWorker):  # type: ignore[misc]
+    def handle(self, conn: Any) -> Any:
+        if not isinstance(conn.sock, DeadlineSocket):
+            conn.sock = DeadlineSocket(conn.sock)
+        conn.sock.restart()
+        return super().handle(conn)
+
+    def handle_request(self, req: Any, conn: Any) -> Any:
+        # The request line and headers are in; the body is read by the app under the same
+        # deadline. Writing the answer is not limited, so the deadline is lifted for it.
+        if isinstance(conn.sock, DeadlineSocket):
+            conn.sock.restart()  # a fresh window for the body the app reads
+        return super().handle_request(req, conn)
