@@ -28,6 +28,8 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--keepalive", "COLI_KEEPALIVE", float, 10.0, "seconds of stream silence before a keepalive is sent"),
     ("--read-deadline", "COLI_READ_DEADLINE", float, 30.0,
      "seconds a client has to send its request headers (and, again, its body) before 408 and close"),
+    ("--kv-dir", "COLI_KV_DIR", str, None,
+     "keep KV slot state in this folder so a restart reuses cached prefixes (off when unset)"),
     ("--debug-step-delay", "COLI_DEBUG_STEP_DELAY", float, 0.0,
      "testing aid: sleep this many seconds before every engine step (to exercise queueing and cancellation)"),
 ]
@@ -60,7 +62,8 @@ def settings_from(args: argparse.Namespace) -> Any:
                     max_tokens=int(args.max_tokens), api_key=args.api_key or None, allowed_hosts=hosts,
                     cors_origins=origins or list(DEFAULT_CORS), continue_assistant=not args.no_continue_assistant,
                     host=args.host, port=int(args.port), n_threads=int(args.engine_threads),
-                    keepalive_seconds=float(args.keepalive), step_delay=float(args.debug_step_delay))
+                    keepalive_seconds=float(args.keepalive), step_delay=float(args.debug_step_delay),
+                    kv_dir=args.kv_dir or None)
 
 
 def check_args(args: argparse.Namespace) -> str | None:
@@ -120,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         def load(self) -> Any:
             svc = Service(settings, model=model)
             holder["service"] = svc
+            for slot, what in sorted(svc.kv_report.items()):
+                print(f"colibri: KV slot {slot}: {what}", flush=True)
             print(f"colibri: serving {settings.model_id} (family {settings.family}, {model.config.n_ctx}-token context, "
                   f"{settings.kv_slots} KV slots, model {model.path}) on http://{args.host}:{args.port}/v1",
                   flush=True)

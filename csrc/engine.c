@@ -629,6 +629,58 @@ int colibri_slot_truncate(colibri_engine *e, int slot, int n) {
     return COLIBRI_OK;
 }
 
+/* Slot state layout: i32 n_layers, i32 kv_dim, i32 len, len x i32 tokens, then for each
+ * layer len x kv_dim floats of keys followed by len x kv_dim floats of values. */
+long colibri_slot_state_size(const colibri_engine *e, int slot) {
+    if (bad_slot(e, slot)) return COLIBRI_E_SLOT;
+    long len = e->slots[slot].len;
+    return 12 + 4 * len + 8L * e->cfg.n_layers * len * e->kv_dim;
+}
+
+int colibri_slot_save(const colibri_engine *e, int slot, void *buf, size_t cap) {
+    long size = colibri_slot_state_size(e, slot);
+    if (size < 0) return (int)size;
+    if (!buf || cap < (size_t)size) return COLIBRI_E_ARG;
+    const slot_state *st = &e->slots[slot];
+    char *p = buf;
+    int32_t head[3] = {e->cfg.n_layers, e->kv_dim, st->len};
+    memcpy(p, head, 12); p += 12;
+    memcpy(p, st->tokens, 4 * (size_t)st->len); p += 4 * (size_t)st->len;
+    size_t row = (size_t)st->len * e->kv_dim * sizeof(float);
+    for (int l = 0; l < e->cfg.n_layers; l++) {
+        size_t off = (size_t)l * e->cfg.n_ctx * e->kv_dim;
+        memcpy(p, st->key_cache + off, row); p += row;
+        memcpy(p, st->value_cache + off, row); p += row;
+    }
+    return COLIBRI_OK;
+}
+
+int colibri_slot_load(colibri_engine *e, int slot, const void *buf, size_t n) {
+    if (bad_slot(e, slot)) return COLIBRI_E_SLOT;
+    if (!buf || n < 12) return COLIBRI_E_FORMAT;
+    int32_t head[3];
+    memcpy(head, buf, 12);
+    if (head[0] != e->cfg.n_layers || head[1] != e->kv_dim || head[2] < 0 || head[2] > e->cfg.n_ctx)
+        return COLIBRI_E_FORMAT;
+    size_t len = (size_t)head[2], row = len * e->kv_dim * sizeof(float);
+    if (n != 12 + 4 * len + 2 * row * (size_t)e->cfg.n_layers) return COLIBRI_E_FORMAT;
+    const char *p = (const char *)buf + 12;
+    slot_state *st = &e->slots[slot];
+    for (size_t i = 0; i < len; i++) {
+        int32_t tok;
+        memcpy(&tok, p + 4 * i, 4);
+        if (tok < 0 || tok >= e->cfg.vocab_size) return COLIBRI_E_FORMAT;
+    }
+    memcpy(st->tokens, p, 4 * len); p += 4 * len;
+    for (int l = 0; l < e->cfg.n_layers; l++) {
+        size_t off = (size_t)l * e->cfg.n_ctx * e->kv_dim;
+        memcpy(st->key_cache + off, p, row); p += row;
+        memcpy(st->value_cache + off, p, row); p += row;
+    }
+    st->len = (int)len;
+    return COLIBRI_OK;
+}
+
 /* Prefill runs in chunks so scratch stays bounded (attention scores are rows * heads * n_ctx). */
 #define PREFILL_CHUNK 256
 

@@ -17,6 +17,7 @@
 #ifndef COLIBRI_ENGINE_H
 #define COLIBRI_ENGINE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -84,6 +85,15 @@ int colibri_slot_len(const colibri_engine *e, int slot);
 int colibri_slot_tokens(const colibri_engine *e, int slot, int *out, int cap);
 /* Forget everything after the first n tokens of a slot (n <= length). */
 int colibri_slot_truncate(colibri_engine *e, int slot, int n);
+
+/* Slot state as bytes, for persistence: the token history and the K/V cache rows of every
+ * held position. colibri_slot_state_size gives the bytes colibri_slot_save writes (or a
+ * negative status); colibri_slot_load restores a slot from such bytes, refusing with
+ * COLIBRI_E_FORMAT anything that does not fit this engine's shapes exactly. Integrity of
+ * the bytes themselves (checksums, atomic files) is the caller's. */
+long colibri_slot_state_size(const colibri_engine *e, int slot);
+int colibri_slot_save(const colibri_engine *e, int slot, void *buf, size_t cap);
+int colibri_slot_load(colibri_engine *e, int slot, const void *buf, size_t n);
 
 const colibri_config *colibri_get_config(const colibri_engine *e);
 

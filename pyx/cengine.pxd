@@ -43,6 +43,9 @@ cdef extern from "engine.h" nogil:
     int colibri_slot_len(const colibri_engine *e, int slot)
     int colibri_slot_tokens(const colibri_engine *e, int slot, int *out, int cap)
     int colibri_slot_truncate(colibri_engine *e, int slot, int n)
+    long colibri_slot_state_size(const colibri_engine *e, int slot)
+    int colibri_slot_save(const colibri_engine *e, int slot, void *buf, size_t cap)
+    int colibri_slot_load(colibri_engine *e, int slot, const void *buf, size_t n)
     const colibri_config *colibri_get_config(const colibri_engine *e)
     int colibri_sample(const float *logits, int vocab, float temperature, float top_p, uint64_t *rng,
                        int *token_out)

@@ -117,6 +117,20 @@ cdef class Engine:
     def slot_truncate(self, int slot, int n):
         check(colibri_slot_truncate(self.e, slot, n))
 
+    def slot_state(self, int slot):
+        """The slot's history and K/V rows as bytes (see colibri_slot_save)."""
+        cdef long size = colibri_slot_state_size(self.e, slot)
+        check(<int>size if size < 0 else 0)
+        cdef cnp.ndarray[cnp.uint8_t, ndim=1, mode="c"] buf = np.empty(max(size, 1), np.uint8)
+        check(colibri_slot_save(self.e, slot, &buf[0], size))
+        return buf[:size].tobytes()
+
+    def load_slot_state(self, int slot, bytes data):
+        cdef const unsigned char[:] view = data
+        if len(data) == 0:
+            check(COLIBRI_E_FORMAT)
+        check(colibri_slot_load(self.e, slot, &view[0], len(data)))
+
 
 def sample(logits, float temperature, float top_p, unsigned long long rng_state):
     """Returns (token, next_rng_state)."""

@@ -197,3 +197,29 @@ def test_trickled_request_gets_408_and_is_dropped():
             assert time.monotonic() - start < 5
         # a normal request is still served
         assert post(base, "/v1/chat/completions", chat("Repeat exactly: ok"))[0] == 200
+
+
+def _cached(base, body):
+    status, _, raw = post(base, "/v1/chat/completions", body)
+    assert status == 200
+    return json.loads(raw)["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_kv_state_survives_a_restart_and_a_torn_file_is_discarded(tmp_path):
+    """Rule ops.kv-persistence."""
+    kv = tmp_path / "kv"
+    long_prompt = "Repeat exactly: " + " ".join(["alpha beta gamma delta"] * 20)
+    body = chat(long_prompt, max_tokens=4, cache_slot=0)
+    with live_server("--kv-slots", "2", "--kv-dir", str(kv)) as base:
+        assert _cached(base, body) == 0
+        assert _cached(base, body) > 50  # the slot holds the prefix
+    assert (kv / "slot-0.colikv").exists()
+    with live_server("--kv-slots", "2", "--kv-dir", str(kv)) as base:
+        assert _cached(base, body) > 50  # reused after the restart
+    # A process killed mid-write: a stray temporary, and a torn file under the real name.
+    good = (kv / "slot-0.colikv").read_bytes()
+    (kv / ".slot-1.999.tmp").write_bytes(good[:100])
+    (kv / "slot-0.colikv").write_bytes(good[: len(good) // 2])
+    with live_server("--kv-slots", "2", "--kv-dir", str(kv)) as base:
+        assert _cached(base, body) == 0  # discarded, never loaded: a clean start
+        assert not (kv / ".slot-1.999.tmp").exists()

@@ -102,7 +102,8 @@ class MessagesResource(_Endpoint):
             content += _tool_blocks(o)
             return {"id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
                     "stop_reason": stop_reason(o), "stop_sequence": o.matched_stop,
-                    "usage": {"input_tokens": o.prompt_tokens, "output_tokens": o.completion_tokens}}
+                    "usage": {"input_tokens": o.prompt_tokens, "output_tokens": o.completion_tokens,
+                              "cache_read_input_tokens": o.cached_tokens}}
 
         def chunks(g: Generation) -> Iterator[bytes]:
             assert g.accepted is not None

@@ -24,6 +24,7 @@ class Accepted:
     prompt_tokens: int
     queue_wait: float
     echo: list[TokenRecord]
+    cached_tokens: int = 0  # prompt tokens the slot's KV cache already held
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Outcome:
     logprobs: list[LogprobEntry] | None = None
     echo: list[LogprobEntry] | None = None
     problems: list[str] = field(default_factory=list)
+    cached_tokens: int = 0
 
 
 @dataclass
@@ -96,7 +98,8 @@ class Generation:
         while self.accepted is None:
             kind, payload = self._next(None)
             if kind == "accepted":
-                self.accepted = Accepted(payload["prompt_tokens"], payload["queue_wait"], payload["echo"])
+                self.accepted = Accepted(payload["prompt_tokens"], payload["queue_wait"], payload["echo"],
+                                         payload["reused"])
             elif kind == "error":
                 raise self._as_api_error(payload)
         return self.accepted
@@ -209,7 +212,8 @@ class Generation:
             content="".join(p.text for p in self.content), reasoning="".join(p.text for p in self.reasoning),
             tool_calls=calls, finish_reason=finish, matched_stop=self.stop_filter.matched,
             prompt_tokens=self.accepted.prompt_tokens if self.accepted else 0, completion_tokens=len(self.records),
-            queue_wait=self.accepted.queue_wait if self.accepted else 0.0, problems=problems)
+            queue_wait=self.accepted.queue_wait if self.accepted else 0.0, problems=problems,
+            cached_tokens=self.accepted.cached_tokens if self.accepted else 0)
 
     # ------------------------------------------------------------------ logprobs
 

@@ -44,7 +44,8 @@ def tool_calls_json(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def usage(o: Outcome) -> dict[str, int]:
     return {"prompt_tokens": o.prompt_tokens, "completion_tokens": o.completion_tokens,
-            "total_tokens": o.prompt_tokens + o.completion_tokens}
+            "total_tokens": o.prompt_tokens + o.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": o.cached_tokens}}
 
 
 def chat_logprobs(entries: list[LogprobEntry]) -> dict[str, Any]:

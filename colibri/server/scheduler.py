@@ -122,7 +122,7 @@ class Metrics:
 
 class Scheduler:
     def __init__(self, engine: Any, *, n_slots: int, max_queue: int = 8, queue_timeout: float = 300.0,
-                 metrics: Metrics | None = None, step_delay: float = 0.0):
+                 metrics: Metrics | None = None, step_delay: float = 0.0, on_release: Any = None):
         from .. import _engine
 
         self._sample, self._logprobs = _engine.sample, _engine.logprobs
@@ -134,6 +134,7 @@ class Scheduler:
         self.metrics.capacity.set(n_slots)
         self.metrics.max_queue.set(max_queue)
         self.step_delay = step_delay  # test hook: slows every engine step
+        self.on_release = on_release  # called on the engine thread with a slot whose work ended
         self.lock = threading.Condition()
         self.waiters: deque[Task] = deque()
         self.busy: set[int] = set()
@@ -219,6 +220,13 @@ class Scheduler:
     # ------------------------------------------------------------------ the engine thread
 
     def _release(self, task: Task, outcome: str) -> None:
+        if self.on_release is not None:
+            try:
+                self.on_release(task.assigned)
+            except Exception:  # persistence must never fail a request
+                import logging
+
+                logging.getLogger("colibri.server").exception("saving slot %d failed", task.assigned)
         with self.lock:
             self.busy.discard(task.assigned)
             self.counts[outcome] += 1

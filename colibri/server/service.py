@@ -34,6 +34,7 @@ class Settings:
     port: int = 8000
     n_threads: int = 0
     step_delay: float = 0.0  # test hook: slows each engine step
+    kv_dir: str | None = None  # persist KV slot state here (off when None)
 
     def validator_settings(self) -> dict[str, Any]:
         return {"model_id": self.model_id, "kv_slots": self.kv_slots, "continue_assistant": self.continue_assistant}
@@ -51,10 +52,19 @@ class Service:
         self.template = self.model.template(self.family["template"])
         self.end_tokens = frozenset(i for t in self.family.get("end_tokens", []) if (i := self.model.token_id(t)) is not None)
         self.metrics = scheduler.metrics if scheduler else Metrics(registry)
-        self.scheduler = scheduler or Scheduler(
-            self.model.engine(n_slots=settings.kv_slots, n_threads=settings.n_threads), n_slots=settings.kv_slots,
-            max_queue=settings.max_queue, queue_timeout=settings.queue_timeout, metrics=self.metrics,
-            step_delay=settings.step_delay)
+        self.kv_report: dict[int, str] = {}
+        if scheduler is None:
+            engine = self.model.engine(n_slots=settings.kv_slots, n_threads=settings.n_threads)
+            store = None
+            if settings.kv_dir:
+                from .kv_store import KvStore, fingerprint
+
+                store = KvStore(settings.kv_dir, engine, fingerprint(self.model.hf_config, self.model.weights))
+                self.kv_report = store.load_all(settings.kv_slots)
+            scheduler = Scheduler(engine, n_slots=settings.kv_slots, max_queue=settings.max_queue,
+                                  queue_timeout=settings.queue_timeout, metrics=self.metrics,
+                                  step_delay=settings.step_delay, on_release=store.save if store else None)
+        self.scheduler = scheduler
         self.validators = {ep: RequestValidator(self.spec, ep, settings.family, settings.validator_settings())
                            for ep in ("chat", "completions", "messages", "render")}
         self.started = int(time.time())
