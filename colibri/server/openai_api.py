@@ -42,7 +42,7 @@ def tool_calls_json(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for c in calls]
 
 
-def usage(o: Outcome) -> dict[str, int]:
+def usage(o: Outcome) -> dict[str, Any]:
     return {"prompt_tokens": o.prompt_tokens, "completion_tokens": o.completion_tokens,
             "total_tokens": o.prompt_tokens + o.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": o.cached_tokens}}
