@@ -21,7 +21,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def live_server(*args: str, env: dict[str, str] | None = None, ready_timeout: float = 60.0) -> Iterator[str]:
+def live_server(*args: str, env: dict[str, str] | None = None, ready_timeout: float = 60.0,
+                process: list | None = None) -> Iterator[str]:
+    """Yield the base URL of a fresh `colibri serve`; `process`, when given, receives the Popen."""
     import colibri
 
     port = free_port()
@@ -33,6 +35,8 @@ def live_server(*args: str, env: dict[str, str] | None = None, ready_timeout: fl
                             start_new_session=True,
                             cwd=tempfile.gettempdir())  # import the installed package, not the source tree
     base = f"http://127.0.0.1:{port}"
+    if process is not None:
+        process.append(proc)
     try:
         deadline = time.monotonic() + ready_timeout
         while True:

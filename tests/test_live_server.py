@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -223,3 +224,27 @@ def test_kv_state_survives_a_restart_and_a_torn_file_is_discarded(tmp_path):
     with live_server("--kv-slots", "2", "--kv-dir", str(kv)) as base:
         assert _cached(base, body) == 0  # discarded, never loaded: a clean start
         assert not (kv / ".slot-1.999.tmp").exists()
+
+
+def test_sigterm_releases_waiters_with_503_and_exits():
+    """Rule ops.shutdown.scheduler-closed on a real process: a queued request gets 503
+    scheduler_closed, the generating one is cut cleanly, and the process exits."""
+    import os
+    import signal
+
+    procs: list = []
+    with live_server("--kv-slots", "1", "--max-queue", "4", "--debug-step-delay", "0.05", process=procs) as base:
+        conn, _ = _hold_slot(base)
+        results: list = []
+        waiter = threading.Thread(target=lambda: results.append(post(base, "/v1/chat/completions", chat("hi"))))
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while get_json(base, "/health")["scheduler"]["queued"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(procs[0].pid, signal.SIGTERM)
+        waiter.join(timeout=20)
+        assert results, "the queued request never got an answer"
+        status, _, body = results[0]
+        assert status == 503 and json.loads(body)["error"]["code"] == "scheduler_closed"
+        conn.close()
+        assert procs[0].wait(timeout=35) is not None
