@@ -61,6 +61,26 @@ def completion_logprobs(entries: list[LogprobEntry]) -> dict[str, Any]:
             "text_offset": [e.offset for e in entries]}
 
 
+class ChunkWriter:
+    """SSE chunks of one OpenAI stream: shared id/object/created/model, `usage: null` on every
+    chunk when include_usage asked for a final usage chunk, and the closing [DONE]."""
+
+    def __init__(self, cid: str, obj: str, created: int, model: str, include_usage: bool):
+        self.head = {"id": cid, "object": obj, "created": created, "model": model}
+        self.include_usage = include_usage
+
+    def choice(self, fields: dict[str, Any], finish: str | None = None) -> bytes:
+        c: dict[str, Any] = dict(self.head, choices=[{"index": 0, **fields, "logprobs": None, "finish_reason": finish}])
+        if self.include_usage:
+            c["usage"] = None
+        return sse(c)
+
+    def tail(self, o: Outcome) -> Iterator[bytes]:
+        if self.include_usage:
+            yield sse(dict(self.head, choices=[], usage=usage(o)))
+        yield b"data: [DONE]\n\n"
+
+
 class _Endpoint:
     def __init__(self, service: Service):
         self.svc = service
@@ -119,12 +139,10 @@ class ChatResource(_Endpoint):
                                  "logprobs": chat_logprobs(gen.content_logprobs()) if k >= 0 else None,
                                  "finish_reason": o.finish_reason}], "usage": usage(o)}
 
+        w = ChunkWriter(cid, "chat.completion.chunk", created, model, include_usage)
+
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            c: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-            if include_usage:
-                c["usage"] = None
-            return sse(c)
+            return w.choice({"delta": delta}, finish)
 
         def chunks(g: Generation) -> Iterator[bytes]:
             yield chunk({"role": "assistant", "content": ""})
@@ -138,10 +156,7 @@ class ChatResource(_Endpoint):
             for i, call in enumerate(tool_calls_json(o.tool_calls)):
                 yield chunk({"tool_calls": [dict(call, index=i)]})
             yield chunk({}, o.finish_reason)
-            if include_usage:
-                yield sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                           "choices": [], "usage": usage(o)})
-            yield b"data: [DONE]\n\n"
+            yield from w.tail(o)
 
         self._respond(resp, gen, bool(body.get("stream")), unary, chunks)
 
@@ -178,12 +193,10 @@ class CompletionsResource(_Endpoint):
                     "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": o.finish_reason}],
                     "usage": usage(o)}
 
+        w = ChunkWriter(cid, "text_completion", created, model, include_usage)
+
         def chunk(text: str, finish: str | None = None) -> bytes:
-            c: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": model,
-                                 "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
-            if include_usage:
-                c["usage"] = None
-            return sse(c)
+            return w.choice({"text": text}, finish)
 
         def chunks(g: Generation) -> Iterator[bytes]:
             for d in g.deltas():
@@ -194,10 +207,7 @@ class CompletionsResource(_Endpoint):
             o = g.outcome
             assert o is not None
             yield chunk("", o.finish_reason)
-            if include_usage:
-                yield sse({"id": cid, "object": "text_completion", "created": created, "model": model,
-                           "choices": [], "usage": usage(o)})
-            yield b"data: [DONE]\n\n"
+            yield from w.tail(o)
 
         self._respond(resp, gen, bool(body.get("stream")), unary, chunks)
 

@@ -48,21 +48,19 @@ class DeadlineSocket:
             pass
         raise TimeoutError("read deadline passed")
 
-    def recv(self, n: int, *flags: Any) -> bytes:
+    def _read(self, fn: Any, *args: Any) -> Any:
         self._wait()
         try:
-            return self._sock.recv(n, *flags)
+            return fn(*args)
         except TimeoutError:
             self._expire()
             raise
 
+    def recv(self, n: int, *flags: Any) -> bytes:
+        return self._read(self._sock.recv, n, *flags)  # type: ignore[no-any-return]
+
     def recv_into(self, buf: Any, *args: Any) -> int:
-        self._wait()
-        try:
-            return self._sock.recv_into(buf, *args)
-        except TimeoutError:
-            self._expire()
-            raise
+        return self._read(self._sock.recv_into, buf, *args)  # type: ignore[no-any-return]
 
     def setblocking(self, flag: bool) -> None:
         self._sock.setblocking(flag)
