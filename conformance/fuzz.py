@@ -21,6 +21,7 @@ from hypothesis.errors import Unsatisfiable
 from colibri.schemas import all_schemas, validator
 from colibri.spec import RequestValidator
 
+from .checks import answer
 from .exchange import Exchange
 
 #: schemathesis check -> the rule whose promise it tests
@@ -142,10 +143,39 @@ def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: An
         if errs:
             bad.append(({"chat": "chat.response.shape", "completions": "cmpl.response.shape",
                          "messages": "msgs.response.shape"}[endpoint], "response_schema", errs[0].message))
-        u = ex.json().get("usage") or {}
+        doc = ex.json()
+        u = doc.get("usage") or {}
         if endpoint != "messages" and u and u.get("prompt_tokens", 0) + u.get("completion_tokens", 0) != u.get("total_tokens"):
             bad.append(("gen.usage.counts", "usage_arithmetic", str(u)))
+        text = answer(ex, endpoint).content
+        stops = body.get("stop", body.get("stop_sequences"))
+        for s in [stops] if isinstance(stops, str) else list(stops or []):
+            if s and s in text:
+                bad.append(("chat.stop.trimmed", "no_stop_text", f"{s!r} in {text!r}"))
+        lp = (doc.get("choices") or [{}])[0].get("logprobs") if endpoint != "messages" else None
+        if lp:
+            joined = "".join(lp["tokens"]) if endpoint == "completions" else "".join(e["token"] for e in lp["content"])
+            want = doc["choices"][0]["text"] if endpoint == "completions" else (doc["choices"][0]["message"]["content"] or "")
+            if joined != want:
+                bad.append(("chat.logprobs.join" if endpoint == "chat" else "cmpl.logprobs.shape", "logprob_join",
+                            f"{joined!r} != {want!r}"))
     return bad
+
+
+def _stream_parity(spec: Any, target: Any, endpoint: str, body: dict[str, Any], unary: Exchange) -> list[tuple[str, str, str]]:
+    """At temperature 0 the same request streamed must reassemble to the unary answer, framed
+    as SSE and (OpenAI) closed by [DONE]."""
+    if body.get("temperature") != 0 or body.get("logprobs") or body.get("echo") or unary.status != 200:
+        return []
+    ex = target.send("POST", spec.endpoints[endpoint].path, json.dumps(dict(body, stream=True)).encode())
+    if ex.status != 200 or not ex.is_sse:
+        return [("stream.equals-unary", "stream_status", f"{ex.status} {ex.header('content-type')}")]
+    if endpoint != "messages" and (not ex.events() or ex.events()[-1].data != "[DONE]"):
+        return [("chat.stream.done_sentinel", "done_sentinel", ex.body[-80:].decode("utf-8", "replace"))]
+    u, s = answer(unary, endpoint), answer(ex, endpoint)
+    if (u.content, u.reasoning, u.tool_calls, u.finish) != (s.content, s.reasoning, s.tool_calls, s.finish):
+        return [("stream.equals-unary", "stream_equals_unary", f"unary {u} / stream {s}")]
+    return []
 
 
 def request_strategy(spec: Any, endpoint: str) -> Any:
@@ -199,7 +229,8 @@ def _fuzz_endpoint(spec: Any, target: Any, endpoint: str, examples: int, predict
             body = dict(body, max_tokens=min(mt, 8))  # keep generation short; validity unchanged
         ex = target.send("POST", path, json.dumps(body).encode())
         predicted = predictor.first_failure(body) if predictor else None
-        for rule_id, name, message in _invariants(spec, endpoint, body, ex, predicted):
+        for rule_id, name, message in (_invariants(spec, endpoint, body, ex, predicted)
+                                       + _stream_parity(spec, target, endpoint, body, ex)):
             findings.append(Finding(rule_id, f"property:{name}", f"POST {path}", message,
                                     json.dumps(body, ensure_ascii=False)[:500]))
 

@@ -73,3 +73,15 @@ def test_matrix_and_diff(run, tmp_path, capsys):
     assert "| `req.n.one` | PASS | FAIL |" in capsys.readouterr().out
     assert main(["diff", str(out / "r.json"), str(tmp_path / "w.json")]) == 1
     assert "regression req.n.one: PASS -> FAIL" in capsys.readouterr().out
+
+
+def test_replay_and_remote_run_against_a_live_server(tmp_path, capsys):
+    from live_server import live_server
+
+    with live_server() as base:
+        assert main(["replay", "chat.stop.trimmed[mid-text]", "--base-url", base + "/v1"]) == 0
+        assert '"outcome": "PASS"' in capsys.readouterr().out
+        code = main(["--base-url", base + "/v1", "--profile", "openai", "-q", "--fuzz", "5",
+                     "--json", str(tmp_path / "remote.json")])
+        doc = json.loads((tmp_path / "remote.json").read_text())
+        assert code == 0 and doc["summary"]["FAIL"] == 0 and doc["summary"]["PASS"] > 40
