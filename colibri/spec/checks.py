@@ -281,8 +281,38 @@ class CompiledCheck:
     def applies_to(self, endpoint: str) -> bool:
         return endpoint in self.endpoints
 
+    def _describe(self, param: str | None, value: Any) -> str | None:
+        """A message that says what was wanted, for the kinds whose argument says it."""
+        shown = json.dumps(value, ensure_ascii=False)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        if self.kind == "type":
+            article = {"integer": "an integer", "array": "an array", "object": "an object"}
+            wanted = " or ".join(article.get(a, f"a {a}") for a in self.arg)
+            return f"'{param}' must be {wanted}, not {article.get(json_type(value), 'a ' + json_type(value))}."
+        if self.kind == "range":
+            lo = (f">= {self.arg['min']}" if "min" in self.arg else
+                  f"> {self.arg['exclusive_min']}" if "exclusive_min" in self.arg else None)
+            hi = (f"<= {self.arg['max']}" if "max" in self.arg else
+                  f"< {self.arg['exclusive_max']}" if "exclusive_max" in self.arg else
+                  f"below the server's {self.arg['exclusive_max_setting']}" if "exclusive_max_setting" in self.arg
+                  else None)
+            return f"'{param}' must be {' and '.join(x for x in (lo, hi) if x)} (got {shown})."
+        if self.kind == "enum":
+            return f"'{param}' must be one of {', '.join(json.dumps(a) for a in self.arg)} (got {shown})."
+        if self.kind == "length":
+            unit = "characters" if isinstance(value, str) else "items"
+            got = len(value) if isinstance(value, (list, str)) else shown
+            lo, hi = self.arg.get("min", 0), self.arg.get("max")
+            bounds = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+            return f"'{param}' must hold {bounds} {unit} (got {got})."
+        if self.kind == "required":
+            return f"Missing required parameter '{param}'."
+        return None
+
     def _fail(self, loc_path: tuple, value: Any, messages: dict[str, str]) -> Failure:
         param = self.param or (".".join(str(p) for p in loc_path) if loc_path else None)
+        if not self.message and (described := self._describe(param, value)):
+            return Failure(self.rule_id, self.error, param, described, value)
         template = self.message or messages.get(self.error, "Invalid request.")
         fmt = {"param": param, "value": value, "expected": " or ".join(self.arg) if self.kind == "type" else ""}
         try:
