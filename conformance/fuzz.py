@@ -178,11 +178,47 @@ def _stream_parity(spec: Any, target: Any, endpoint: str, body: dict[str, Any], 
     return []
 
 
+_JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 100), st.floats(-3, 3, allow_nan=False),
+                          st.text(max_size=12))
+
+
+def from_schema(schema: Any, depth: int = 0) -> Any:
+    """Values shaped by a JSON Schema: the subset request schemas use (type, enum, const,
+    bounds, items, properties, anyOf); anything else falls back to small JSON scalars."""
+    if not isinstance(schema, dict) or depth > 3:
+        return _JSON_SCALARS
+    if "const" in schema:
+        return st.just(schema["const"])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if "anyOf" in schema:
+        return st.one_of([from_schema(s, depth + 1) for s in schema["anyOf"]])
+    types = schema.get("type")
+    if isinstance(types, list):
+        return st.one_of([from_schema(dict(schema, type=t), depth + 1) for t in types])
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    if types == "integer":
+        return st.integers(int(lo) if lo is not None else -10, int(hi) if hi is not None else 10_000)
+    if types == "number":
+        return st.floats(lo if lo is not None else -10, hi if hi is not None else 10, allow_nan=False,
+                         exclude_min="exclusiveMinimum" in schema)
+    if types == "string":
+        return st.text(max_size=20)
+    if types == "boolean":
+        return st.booleans()
+    if types == "null":
+        return st.none()
+    if types == "array":
+        return st.lists(from_schema(schema.get("items"), depth + 1), max_size=3)
+    if types == "object":
+        props = schema.get("properties") or {}
+        return st.fixed_dictionaries({}, optional={k: from_schema(v, depth + 1) for k, v in props.items()})
+    return _JSON_SCALARS
+
+
 def request_strategy(spec: Any, endpoint: str) -> Any:
     """Requests near the endpoint's minimal one: schema-shaped extra fields, or one field of a
     check set to a value that check's kind refuses (the rule tables' own samples)."""
-    from hypothesis_jsonschema import from_schema
-
     from colibri.spec.checks import KINDS
     from colibri.spec.paths import set_path
 
