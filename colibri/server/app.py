@@ -3,7 +3,6 @@ error handlers that turn every failure into the right envelope."""
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import uuid
 from typing import Any
@@ -229,4 +228,4 @@ def build_app(settings: Settings | None = None, **kw: Any) -> falcon.App:
     return create_app(Service(settings or Settings(), **kw))
 
 
-__all__ = ["build_app", "create_app", "json"]
+__all__ = ["build_app", "create_app"]

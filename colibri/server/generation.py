@@ -285,9 +285,5 @@ class Generation:
         return out
 
 
-def wait_time_ms(outcome_or_accepted: Any) -> int:
-    return int(round(getattr(outcome_or_accepted, "queue_wait", 0.0) * 1000))
-
-
 def now() -> int:
     return int(time.time())

@@ -8,7 +8,7 @@ from typing import Any
 
 from .checks import KINDS, CompiledCheck, Context, condition_holds
 from .model import Vector, deep_merge
-from .paths import Location, delete_path, json_type, parse, resolve, set_path
+from .paths import Location, delete_path, json_type, resolve, set_path
 
 #: Server settings a vector may ask for in its `server` block.
 SERVER_KEYS = frozenset({
@@ -146,4 +146,4 @@ def attach_generated(spec: Any, schemas_root: Any = None) -> None:
             rule.vectors.append(v)
 
 
-__all__ = ["DEFAULT_SETTINGS", "SERVER_KEYS", "attach_generated", "context_for", "request_for", "parse"]
+__all__ = ["DEFAULT_SETTINGS", "SERVER_KEYS", "attach_generated", "context_for", "request_for"]
