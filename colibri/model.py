@@ -119,8 +119,17 @@ class Model:
         return self.tokenizer.token_to_id(text)
 
     @cached_property
-    def special_ids(self) -> frozenset[int]:
-        return frozenset(t.id for t in self._added() if t.special)
+    def eos_ids(self) -> frozenset[int]:
+        """End-of-sequence ids the model directory declares (config.json, generation_config.json):
+        a model from elsewhere stops on its own end token even if the family row names others."""
+        ids: set[int] = set()
+        for name in ("config.json", "generation_config.json"):
+            f = self.path / name
+            raw = json.loads(f.read_text()).get("eos_token_id") if f.is_file() else None
+            for v in raw if isinstance(raw, list) else [raw]:
+                if isinstance(v, int) and 0 <= v < self.config.vocab_size:
+                    ids.add(v)
+        return frozenset(ids)
 
     def _added(self) -> list[Any]:
         return [type("Added", (), {"id": i, "special": tok.special, "content": tok.content})

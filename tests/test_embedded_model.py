@@ -77,3 +77,8 @@ GOLDEN = [
                          ids=[f"{g[0]}-{i}" for i, g in enumerate(GOLDEN)])
 def test_golden_greedy(model, engine, family, messages, tools, thinking, answer, end):
     assert greedy(model, engine, family, messages, tools=tools, thinking=thinking) == (answer, end)
+
+
+def test_declared_end_tokens_are_read_from_the_model_directory(model):
+    want = {model.token_id(t) for t in ("<|endoftext|>", "<|user|>", "<|observation|>", "<|im_end|>")}
+    assert model.eos_ids == want

@@ -50,7 +50,8 @@ class Service:
         self.family = self.spec.families[settings.family].row
         self.model = model or Model()
         self.template = self.model.template(self.family["template"])
-        self.end_tokens = frozenset(i for t in self.family.get("end_tokens", []) if (i := self.model.token_id(t)) is not None)
+        self.end_tokens = self.model.eos_ids | frozenset(
+            i for t in self.family.get("end_tokens", []) if (i := self.model.token_id(t)) is not None)
         self.metrics = scheduler.metrics if scheduler else Metrics(registry)
         self.kv_report: dict[int, str] = {}
         if scheduler is None:
