@@ -78,7 +78,7 @@ class Cors:
 class Auth:
     """Bearer or x-api-key, compared in constant time. /health answers everyone (less detail)."""
 
-    OPEN = {"/health", "/openapi.json", "/spec"}
+    OPEN = {"/", "/health", "/openapi.json", "/spec"}
 
     def __init__(self, settings: Settings):
         self.key = settings.api_key
@@ -92,7 +92,8 @@ class Auth:
 
     def process_request(self, req: Any, resp: Any) -> None:
         req.context.authed = self.authorised(req)
-        if req.method != "OPTIONS" and not req.context.authed and req.path not in self.OPEN:
+        if req.method != "OPTIONS" and not req.context.authed and req.path not in self.OPEN \
+                and not req.path.startswith("/ui/"):
             raise error("invalid_api_key")
 
 
@@ -187,6 +188,13 @@ class OpenAPI:
         resp.data = (data_dir("schemas") / "openapi.json").read_bytes()
 
 
+class Home:
+    """/ goes to the dashboard."""
+
+    def on_get(self, req: Any, resp: Any) -> None:
+        raise falcon.HTTPFound("/ui/index.html")
+
+
 class SpecPage:
     """The rendered spec, built once from the spec the server runs on."""
 
@@ -217,6 +225,10 @@ def create_app(service: Service) -> falcon.App:
     app.add_route("/metrics", Metrics(service))
     app.add_route("/openapi.json", OpenAPI())
     app.add_route("/spec", SpecPage(service))
+    web = data_dir("web")
+    if web.is_dir():  # the dashboard: static files, no build step; falcon refuses traversal
+        app.add_route("/", Home())
+        app.add_static_route("/ui", str(web.resolve()), fallback_filename="index.html")
     app.add_error_handler(Exception, handle_unexpected)
     app.add_error_handler(falcon.HTTPError, handle_http_error)
     app.add_error_handler(ApiError, handle_api_error)
