@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from ..spec import load_spec
+import yaml
+
+from ..paths import data_dir
 
 
 class ApiError(Exception):
@@ -41,11 +43,15 @@ def _class_name(code: str) -> str:
 
 
 def _build() -> dict[str, type[ApiError]]:
+    """One class per row of spec/errors.yaml (only that table is read: it is all this needs,
+    and `colibri spec lint` has validated it)."""
+    rows = yaml.safe_load((data_dir("spec") / "errors.yaml").read_text())["errors"]
     table: dict[str, type[ApiError]] = {}
-    for e in load_spec().errors.values():
-        attrs = {"status": e.status, "type": e.type, "anthropic_type": e.anthropic_type, "code": e.code,
-                 "default_message": e.message, "headers": dict(e.headers), "__doc__": e.description}
-        table[e.code] = type(_class_name(e.code), (ApiError,), attrs)
+    for e in rows:
+        attrs = {"status": e["status"], "type": e["type"], "anthropic_type": e["anthropic_type"], "code": e["code"],
+                 "default_message": e.get("message", e["description"]), "headers": dict(e.get("headers", {})),
+                 "__doc__": e["description"]}
+        table[e["code"]] = type(_class_name(e["code"]), (ApiError,), attrs)
     return table
 
 
