@@ -247,10 +247,16 @@ class Generation:
         valid UTF-8 reports none, and the token after it carries the U+FFFD it became)."""
         out: list[LogprobEntry] = []
         pos = 0
+        spans: list[Piece] = []  # content pieces merged where they touch: usually one or two
+        for p in self.content:
+            if spans and spans[-1].end == p.offset:
+                spans[-1] = Piece(spans[-1].offset, spans[-1].text + p.text)
+            else:
+                spans.append(p)
         for rec, s, e in self.records:
             parts = [p.text[max(s, p.offset) - p.offset: min(e, p.end) - p.offset]
-                     for p in self.content if p.offset < e and s < p.end]
-            inside = any(p.offset <= s <= p.end for p in self.content)
+                     for p in spans if p.offset < e and s < p.end]
+            inside = any(p.offset <= s <= p.end for p in spans)
             if not parts and not (s == e and inside):
                 continue
             text = "".join(parts)
