@@ -23,6 +23,7 @@ class ServerPool:
         self.wrap = wrap  # a WSGI wrapper applied to every app (the suite's own tests inject defects)
         self.family = family  # for vectors that do not name one
         self.services: dict[str, Service] = {}
+        self.apps: dict[int, Any] = {}  # one app (and test client) per service, built once
 
     def _conf(self, server: dict[str, Any]) -> dict[str, Any]:
         conf = {"family": self.family} | {k: v for k, v in server.items() if k in SETTING_KEYS}
@@ -45,19 +46,22 @@ class ServerPool:
             svc.scheduler.busy.update(server["busy_slots"])
         if server.get("closing"):
             svc.scheduler.close()
-        app = create_app(svc)
+        if id(svc) not in self.apps:
+            app = create_app(svc)
+            self.apps[id(svc)] = InProcessTarget(self.wrap(app) if self.wrap else app)
         if server.get("fault") == "raise":
             logging.getLogger("colibri.server").setLevel(logging.CRITICAL)  # the fault is the point
             def boom(*a: Any, **k: Any) -> Any:
                 raise RuntimeError("injected fault")
             svc.render = boom  # type: ignore[method-assign]
-        return InProcessTarget(self.wrap(app) if self.wrap else app)
+        return self.apps[id(svc)]
 
     def release(self, server: dict[str, Any]) -> None:
         """Undo the test-only state a vector put on a shared service."""
         if any(k in server for k in ("busy", "busy_slots", "closing", "fault")):
             svc = self.services.pop(json.dumps(self._conf(server), sort_keys=True), None)
             if svc is not None:
+                self.apps.pop(id(svc), None)
                 svc.scheduler.close()
 
     def close(self) -> None:

@@ -196,14 +196,17 @@ class Home:
 
 
 class SpecPage:
-    """The rendered spec, built once from the spec the server runs on."""
+    """The rendered spec, built on first request from the spec the server runs on."""
 
     def __init__(self, svc: Service):
-        from ..spec.docs import render_html
-
-        self.page = render_html(svc.spec).encode()
+        self.svc = svc
+        self.page: bytes | None = None
 
     def on_get(self, req: Any, resp: Any) -> None:
+        if self.page is None:
+            from ..spec.docs import render_html
+
+            self.page = render_html(self.svc.spec).encode()
         resp.data = self.page
         resp.content_type = "text/html; charset=utf-8"
 
