@@ -80,6 +80,7 @@ class Task:
     logits: Any = None
     next_token: int = -1
     admitted_at: float = 0.0
+    engine_started: float = 0.0  # when the engine began this task's prefill
     first_output: bool = False
 
     def stop(self) -> None:
@@ -141,7 +142,6 @@ class Scheduler:
         self.to_prefill: deque[Task] = deque()
         self.decoding: list[Task] = []
         self.closed = False
-        self.counts = dict.fromkeys(("admitted", "completed", "failed", "rejected", "timed_out", "cancelled"), 0)
         self.thread = threading.Thread(target=self._run, name="colibri-engine", daemon=True)
         self.thread.start()
 
@@ -168,7 +168,6 @@ class Scheduler:
             slot = self._free_for(task, list(self.waiters))
             if slot is None:
                 if len(self.waiters) >= self.max_queue:
-                    self.counts["rejected"] += 1
                     self.metrics.rejected.inc()
                     raise error("queue_full")
                 self.waiters.append(task)
@@ -180,11 +179,9 @@ class Scheduler:
                         if self.closed:
                             raise error("scheduler_closed")
                         if task.cancelled or (task.client_gone is not None and task.client_gone()):
-                            self.counts["cancelled"] += 1
                             self.metrics.cancelled.inc()
                             raise ClientGone()
                         if time.monotonic() >= deadline:
-                            self.counts["timed_out"] += 1
                             self.metrics.timed_out.inc()
                             raise error("queue_timeout")
                         ahead = list(self.waiters)[: self.waiters.index(task)]
@@ -200,7 +197,6 @@ class Scheduler:
             task.admitted_at = time.monotonic()
             task.rng = _seed_state(task.seed)
             self.busy.add(slot)
-            self.counts["admitted"] += 1
             self.metrics.admitted.inc()
             self.metrics.active.set(len(self.busy))
             self.metrics.queue_wait.observe(task.queue_wait)
@@ -215,7 +211,9 @@ class Scheduler:
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             return {"active": len(self.busy), "queued": len(self.waiters), "capacity": self.n_slots,
-                    "max_queue": self.max_queue, "queue_timeout_seconds": self.queue_timeout, **self.counts}
+                    "max_queue": self.max_queue, "queue_timeout_seconds": self.queue_timeout,
+                    **{k: int(self.metrics.registry.get_sample_value(f"colibri_scheduler_{k}_total") or 0)
+                       for k in ("admitted", "completed", "failed", "rejected", "timed_out", "cancelled")}}
 
     # ------------------------------------------------------------------ the engine thread
 
@@ -229,11 +227,11 @@ class Scheduler:
                 logging.getLogger("colibri.server").exception("saving slot %d failed", task.assigned)
         with self.lock:
             self.busy.discard(task.assigned)
-            self.counts[outcome] += 1
             getattr(self.metrics, outcome).inc()
             self.metrics.active.set(len(self.busy))
             self.metrics.slot_duration.observe(time.monotonic() - task.admitted_at)
-            self.metrics.engine_call.observe(time.monotonic() - task.admitted_at)
+            if task.engine_started:
+                self.metrics.engine_call.observe(time.monotonic() - task.engine_started)
             self.lock.notify_all()
 
     def _finish(self, task: Task, reason: str) -> None:
@@ -254,6 +252,7 @@ class Scheduler:
         return TokenRecord(token, lp, list(zip(ids, lps, strict=True)))
 
     def _prefill(self, task: Task) -> None:
+        task.engine_started = time.monotonic()
         if task.echo:
             task.n_reused, all_logits = self.engine.prefill(task.assigned, task.prompt, reuse=False, all_logits=True)
             echo = [TokenRecord(task.prompt[0])]
@@ -310,7 +309,7 @@ class Scheduler:
             task.generated += 1
             if not task.first_output:
                 task.first_output = True
-                self.metrics.first_output.observe(time.monotonic() - task.admitted_at)
+                self.metrics.first_output.observe(time.monotonic() - task.engine_started)
             if task.generated >= task.max_new:
                 self.decoding.remove(task)
                 self._finish(task, "length")
