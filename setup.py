@@ -38,7 +38,7 @@ def extensions() -> list:
         sources=["pyx/engine.pyx", "csrc/engine.c"],
         include_dirs=["csrc", "pyx", numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=c11"],
+        extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=c11", "-ffp-contract=fast"],
         extra_link_args=["-fopenmp", "-lm"],
     )
     return cythonize([ext], language_level=3, include_path=["pyx"])

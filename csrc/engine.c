@@ -195,19 +195,27 @@ bad:
 
 /* ============================================================ weights and state */
 
+/* A matmul weight W (d, n) repacked for the kernel: ceil(d/16) panels, panel q holding
+ * output columns 16q..16q+15 as n rows of 16 floats, zero-padded past d. The kernel then reads
+ * each weight once per step as whole contiguous vectors, with no horizontal sums. */
+typedef struct {
+    float *p;  /* (n_panels, n, 16), 64-byte aligned */
+    int n, d;  /* input and output width of the original W (d, n) */
+} panels;
+
 typedef struct {
     float *token_embedding;  /* (vocab, dim) */
     float **attn_norm;       /* per layer (dim) */
-    float **wq;              /* per layer (n_heads*head_size, dim) */
-    float **wk;              /* per layer (n_kv_heads*head_size, dim) */
-    float **wv;              /* per layer (n_kv_heads*head_size, dim) */
-    float **wo;              /* per layer (dim, n_heads*head_size) */
+    panels *wq;              /* per layer (n_heads*head_size, dim) */
+    panels *wk;              /* per layer (n_kv_heads*head_size, dim) */
+    panels *wv;              /* per layer (n_kv_heads*head_size, dim) */
+    panels *wo;              /* per layer (dim, n_heads*head_size) */
     float **ffn_norm;        /* per layer (dim) */
-    float **w_gate;          /* per layer (hidden_dim, dim) */
-    float **w_up;            /* per layer (hidden_dim, dim) */
-    float **w_down;          /* per layer (dim, hidden_dim) */
+    panels *w_gate;          /* per layer (hidden_dim, dim) */
+    panels *w_up;            /* per layer (hidden_dim, dim) */
+    panels *w_down;          /* per layer (dim, hidden_dim) */
     float *final_norm;       /* (dim) */
-    float *lm_head;          /* (vocab, dim); the embedding when tied */
+    panels lm_head;          /* (vocab, dim); the embedding when tied */
 } weights;
 
 typedef struct {
@@ -285,47 +293,105 @@ static void rmsnorm(float *out, const float *x, const float *weight, int n, floa
     for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
 }
 
+/* exp(x) for the softmax and SiLU loops: Cephes-style reduction x = n ln2 + r and a degree-6
+ * polynomial in r (relative error below 2e-7, i.e. a couple of float ulps), in plain arithmetic
+ * so those loops vectorise; libm's expf is one call per element. Inputs are clamped to the
+ * range where 2^n is a normal float, which only matters for results that are 0 or overflow
+ * anyway in a softmax or a sigmoid. */
+static inline float exp_poly(float x) {
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    const float magic = 12582912.0f;  /* 1.5 * 2^23: adding it rounds to an integer */
+    float t = x * 1.44269504088896341f + magic, n = t - magic;
+    float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  /* ln 2 in two parts */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits;
+    memcpy(&bits, &t, sizeof bits);
+    bits = (bits - 0x4B400000 + 127) << 23;  /* t's low mantissa bits hold n: 2^n */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
 static void softmax(float *x, int n) {
-    float max = x[0];
-    for (int i = 1; i < n; i++) if (x[i] > max) max = x[i];
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
-    for (int i = 0; i < n; i++) x[i] /= sum;
+    float max = x[0], sum = 0.0f;
+#pragma omp simd reduction(max : max)
+    for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < n; i++) { x[i] = exp_poly(x[i] - max); sum += x[i]; }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
 /* Below this many multiply-adds a parallel region costs more than it saves (and, on a busy
  * machine, a barrier waiting for a descheduled thread costs far more). */
-#define PARALLEL_MIN_WORK (1L << 16)
+#define PARALLEL_MIN_WORK (1L << 14)
 
-/* out (rows, d) = x (rows, n) @ W^T, W (d, n). Each weight row is read once for all rows,
- * four rows at a time against registers: that is what makes a batched decode step cheaper
- * per token than decoding slots one by one. */
-static void matmul(float *out, const float *x, const float *w, int rows, int n, int d, int threads) {
-    int i;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
-    for (i = 0; i < d; i++) {
-        const float *wi = w + (size_t)i * n;
-        int r = 0;
-        for (; r + 4 <= rows; r += 4) {
-            const float *x0 = x + (size_t)r * n, *x1 = x0 + n, *x2 = x1 + n, *x3 = x2 + n;
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-            for (int j = 0; j < n; j++) {
-                float wj = wi[j];
-                a0 += wj * x0[j]; a1 += wj * x1[j]; a2 += wj * x2[j]; a3 += wj * x3[j];
-            }
-            out[(size_t)r * d + i] = a0; out[(size_t)(r + 1) * d + i] = a1;
-            out[(size_t)(r + 2) * d + i] = a2; out[(size_t)(r + 3) * d + i] = a3;
+#define PANEL 16  /* output columns per panel: one 512-bit vector of floats */
+typedef float vec16 __attribute__((vector_size(PANEL * sizeof(float))));
+
+static vec16 load16(const float *p) { vec16 v; memcpy(&v, p, sizeof v); return v; }
+
+/* One register tile: RB input rows against CB panels, all n inputs. Each step j loads CB
+ * weight vectors and multiplies each by RB broadcast inputs, so a weight is read once for
+ * all rows of a batch and every output column keeps one running sum in a register: each
+ * output is the same sequential sum over j whatever the batch size, so a batched decode
+ * gives bit-identical results to a single-slot one. RB and CB are literals at every call
+ * site, so the compiler unrolls both loops into RB*CB independent accumulators. */
+static inline __attribute__((always_inline)) void tile(float *out, int ldo, const float *x, const float *pan,
+                                                     int n, int d, int col0, int RB, int CB) {
+    vec16 acc[4][4] = {{{0}}};
+    for (int j = 0; j < n; j++) {
+        vec16 w[4];
+        for (int c = 0; c < CB; c++) w[c] = load16(pan + ((size_t)c * n + j) * PANEL);
+        for (int r = 0; r < RB; r++) {
+            float xr = x[(size_t)r * n + j];
+            for (int c = 0; c < CB; c++) acc[r][c] += w[c] * xr;
         }
-        for (; r < rows; r++) {
+    }
+    for (int r = 0; r < RB; r++)
+        for (int c = 0; c < CB; c++) {
+            int col = col0 + c * PANEL, keep = d - col < PANEL ? d - col : PANEL;
+            memcpy(out + (size_t)r * ldo + col, &acc[r][c], sizeof(float) * (size_t)keep);
+        }
+}
+
+#define TILE_ROWS(RB)                                                                           \
+    switch (cb) {                                                                               \
+    case 4: tile(o, d, xr, pan, n, d, col0, RB, 4); break;                                      \
+    case 3: tile(o, d, xr, pan, n, d, col0, RB, 3); break;                                      \
+    case 2: tile(o, d, xr, pan, n, d, col0, RB, 2); break;                                      \
+    default: tile(o, d, xr, pan, n, d, col0, RB, 1); break;                                     \
+    }
+
+/* out (rows, d) = x (rows, n) @ W^T. Threads split the output columns in groups of four
+ * panels; within a group the rows go four at a time, so a group's panels (n * 256 bytes)
+ * stay in cache while a prefill streams its rows past them. */
+static void matmul(float *out, const float *x, const panels *w, int rows, int threads) {
+    const int n = w->n, d = w->d, n_panels = (d + PANEL - 1) / PANEL, n_groups = (n_panels + 3) / 4;
+    int g;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
+    for (g = 0; g < n_groups; g++) {
+        const int cb = n_panels - 4 * g < 4 ? n_panels - 4 * g : 4, col0 = 4 * g * PANEL;
+        const float *pan = w->p + (size_t)4 * g * n * PANEL;
+        for (int r = 0; r < rows; r += 4) {
             const float *xr = x + (size_t)r * n;
-            float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-            for (int j = 0; j < n; j++) acc += wi[j] * xr[j];
-            out[(size_t)r * d + i] = acc;
+            float *o = out + (size_t)r * d;
+            switch (rows - r < 4 ? rows - r : 4) {
+            case 4: TILE_ROWS(4) break;
+            case 3: TILE_ROWS(3) break;
+            case 2: TILE_ROWS(2) break;
+            default: TILE_ROWS(1) break;
+            }
         }
     }
 }
+#undef TILE_ROWS
 
 /* Rotate-half RoPE: pair i with i + head_size/2 (the Hugging Face convention). */
 static void rope(float *vec, int n_heads, int head_size, const float *cos_row, const float *sin_row) {
@@ -337,6 +403,56 @@ static void rope(float *vec, int n_heads, int head_size, const float *cos_row, c
             v[i] = x1 * cos_row[i] - x2 * sin_row[i];
             v[i + half] = x2 * cos_row[i] + x1 * sin_row[i];
         }
+    }
+}
+
+static float hsum16(vec16 v) {
+    typedef float vec8 __attribute__((vector_size(8 * sizeof(float))));
+    vec8 lo, hi;
+    memcpy(&lo, &v, sizeof lo);
+    memcpy(&hi, (const char *)&v + sizeof lo, sizeof hi);
+    lo += hi;
+    float t[8];
+    memcpy(t, &lo, sizeof t);
+    return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+}
+
+/* One head of causal attention over n_t cached positions: out (hs) = softmax(q.K^T / sqrt(hs)) V.
+ * K and V rows are kv_stride apart. Head sizes that are a multiple of 16 (up to 256: every
+ * common model) run on whole vectors with the output held in registers; others take the
+ * plain loops. `att` is scratch for n_t scores. */
+static void attend(float *out, const float *q, const float *k, const float *v, int kv_stride, int hs, int n_t,
+                   float *att) {
+    const float scale = 1.0f / sqrtf((float)hs);
+    if (hs % PANEL == 0 && hs <= 16 * PANEL) {
+        const int nv = hs / PANEL;
+        vec16 qv[16], o[16];
+        for (int c = 0; c < nv; c++) { qv[c] = load16(q + c * PANEL); o[c] = (vec16){0}; }
+        for (int t = 0; t < n_t; t++) {
+            const float *kt = k + (size_t)t * kv_stride;
+            vec16 acc = qv[0] * load16(kt);
+            for (int c = 1; c < nv; c++) acc += qv[c] * load16(kt + c * PANEL);
+            att[t] = hsum16(acc) * scale;
+        }
+        softmax(att, n_t);
+        for (int t = 0; t < n_t; t++) {
+            const float *vt = v + (size_t)t * kv_stride;
+            for (int c = 0; c < nv; c++) o[c] += att[t] * load16(vt + c * PANEL);
+        }
+        for (int c = 0; c < nv; c++) memcpy(out + c * PANEL, &o[c], sizeof o[c]);
+        return;
+    }
+    for (int t = 0; t < n_t; t++) {
+        const float *kt = k + (size_t)t * kv_stride;
+        float score = 0.0f;
+        for (int i = 0; i < hs; i++) score += q[i] * kt[i];
+        att[t] = score * scale;
+    }
+    softmax(att, n_t);
+    memset(out, 0, sizeof(float) * hs);
+    for (int t = 0; t < n_t; t++) {
+        const float *vt = v + (size_t)t * kv_stride;
+        for (int i = 0; i < hs; i++) out[i] += att[t] * vt[i];
     }
 }
 
@@ -357,9 +473,9 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
     for (int l = 0; l < c->n_layers; l++) {
         for (int r = 0; r < rows; r++)
             rmsnorm(s->xb + (size_t)r * dim, s->x + (size_t)r * dim, e->w.attn_norm[l], dim, c->norm_eps);
-        matmul(s->q, s->xb, e->w.wq[l], rows, dim, qd, T);
-        matmul(s->k, s->xb, e->w.wk[l], rows, dim, kvd, T);
-        matmul(s->v, s->xb, e->w.wv[l], rows, dim, kvd, T);
+        matmul(s->q, s->xb, &e->w.wq[l], rows, T);
+        matmul(s->k, s->xb, &e->w.wk[l], rows, T);
+        matmul(s->v, s->xb, &e->w.wv[l], rows, T);
         for (int r = 0; r < rows; r++) {
             const float *cr = e->rope_cos + (size_t)pos[r] * half, *sr = e->rope_sin + (size_t)pos[r] * half;
             rope(s->q + (size_t)r * qd, c->n_heads, hs, cr, sr);
@@ -378,35 +494,22 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
             float *att = s->att + ((size_t)r * c->n_heads + h) * c->n_ctx;
             const float *kbase = st->key_cache + (size_t)l * c->n_ctx * kvd + (h / kv_mul) * hs;
             const float *vbase = st->value_cache + (size_t)l * c->n_ctx * kvd + (h / kv_mul) * hs;
-            float scale = 1.0f / sqrtf((float)hs);
-            for (int t = 0; t <= pos[r]; t++) {
-                const float *k = kbase + (size_t)t * kvd;
-                float score = 0.0f;
-#pragma omp simd reduction(+ : score)
-                for (int i = 0; i < hs; i++) score += q[i] * k[i];
-                att[t] = score * scale;
-            }
-            softmax(att, pos[r] + 1);
-            float *out = s->att_out + (size_t)r * qd + h * hs;
-            memset(out, 0, sizeof(float) * hs);
-            for (int t = 0; t <= pos[r]; t++) {
-                const float *v = vbase + (size_t)t * kvd;
-                float a = att[t];
-                for (int i = 0; i < hs; i++) out[i] += a * v[i];
-            }
+            attend(s->att_out + (size_t)r * qd + h * hs, q, kbase, vbase, kvd, hs, pos[r] + 1, att);
         }
-        matmul(s->xb, s->att_out, e->w.wo[l], rows, qd, dim, T);
+        matmul(s->xb, s->att_out, &e->w.wo[l], rows, T);
         for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
 
         for (int r = 0; r < rows; r++)
             rmsnorm(s->xb + (size_t)r * dim, s->x + (size_t)r * dim, e->w.ffn_norm[l], dim, c->norm_eps);
-        matmul(s->hb, s->xb, e->w.w_gate[l], rows, dim, hid, T);
-        matmul(s->hb2, s->xb, e->w.w_up[l], rows, dim, hid, T);
-        for (size_t i = 0; i < (size_t)rows * hid; i++) {
+        matmul(s->hb, s->xb, &e->w.w_gate[l], rows, T);
+        matmul(s->hb2, s->xb, &e->w.w_up[l], rows, T);
+        const size_t nh = (size_t)rows * hid;
+#pragma omp simd
+        for (size_t i = 0; i < nh; i++) {
             float g = s->hb[i];
-            s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];  /* SwiGLU: silu(gate) * up */
+            s->hb[i] = g / (1.0f + exp_poly(-g)) * s->hb2[i];  /* SwiGLU: silu(gate) * up */
         }
-        matmul(s->xb, s->hb, e->w.w_down[l], rows, hid, dim, T);
+        matmul(s->xb, s->hb, &e->w.w_down[l], rows, T);
         for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
     }
 }
@@ -417,7 +520,7 @@ static void logits_for(colibri_engine *e, const int *which, int n, float *out) {
     scratch *s = &e->s;
     for (int i = 0; i < n; i++)
         rmsnorm(s->xb + (size_t)i * c->dim, s->x + (size_t)which[i] * c->dim, e->w.final_norm, c->dim, c->norm_eps);
-    matmul(out, s->xb, e->w.lm_head, n, c->dim, c->vocab_size, e->n_threads);
+    matmul(out, s->xb, &e->w.lm_head, n, e->n_threads);
 }
 
 /* ============================================================ loading */
@@ -475,6 +578,38 @@ static int bind(colibri_engine *e, const tensor_info *ts, int nt, const char *da
     return COLIBRI_OK;
 }
 
+/* Repacks W (d, n) into the engine's own panels (see `panels`). */
+static int pack(colibri_engine *e, const float *w, long d, long n, panels *out) {
+    size_t n_panels = (size_t)(d + PANEL - 1) / PANEL, size = n_panels * (size_t)n * PANEL * sizeof(float);
+    float *p = aligned_alloc(64, size);  /* size is a multiple of 64: PANEL floats per row */
+    if (!p) return COLIBRI_E_NOMEM;
+    for (size_t q = 0; q < n_panels; q++)
+        for (long j = 0; j < n; j++)
+            for (int c = 0; c < PANEL; c++) {
+                long col = (long)q * PANEL + c;
+                p[(q * (size_t)n + (size_t)j) * PANEL + c] = col < d ? w[(size_t)col * n + j] : 0.0f;
+            }
+    e->owned[e->n_owned++] = p;
+    out->p = p;
+    out->n = (int)n;
+    out->d = (int)d;
+    return COLIBRI_OK;
+}
+
+/* bind + pack; a converted (F16/BF16) copy made by bind is freed once packed. */
+static int bind_packed(colibri_engine *e, const tensor_info *ts, int nt, const char *data, size_t data_size,
+                       const char *name, long d0, long d1, panels *out) {
+    int before = e->n_owned;
+    float *raw;
+    int rc = bind(e, ts, nt, data, data_size, name, d0, d1, &raw);
+    if (rc) return rc;
+    rc = pack(e, raw, d0, d1, out);
+    if (rc || e->n_owned - before < 2) return rc;
+    free(e->owned[before]);  /* the conversion; the packed copy moves into its place */
+    e->owned[before] = e->owned[--e->n_owned];
+    return COLIBRI_OK;
+}
+
 static int check_config(const colibri_config *c) {
     if (c->dim <= 0 || c->hidden_dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0
         || c->vocab_size <= 0 || c->n_ctx <= 0 || c->dim % c->n_heads || c->n_heads % c->n_kv_heads
@@ -528,12 +663,12 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     size_t data_size = size - 8 - hlen;
 
     int L = cfg->n_layers;
-    e->owned = calloc((size_t)(9 * L + 4), sizeof(float *));
+    e->owned = calloc((size_t)(10 * L + 8), sizeof(float *));
     e->w.attn_norm = calloc((size_t)L, sizeof(float *)); e->w.ffn_norm = calloc((size_t)L, sizeof(float *));
-    e->w.wq = calloc((size_t)L, sizeof(float *)); e->w.wk = calloc((size_t)L, sizeof(float *));
-    e->w.wv = calloc((size_t)L, sizeof(float *)); e->w.wo = calloc((size_t)L, sizeof(float *));
-    e->w.w_gate = calloc((size_t)L, sizeof(float *)); e->w.w_up = calloc((size_t)L, sizeof(float *));
-    e->w.w_down = calloc((size_t)L, sizeof(float *));
+    e->w.wq = calloc((size_t)L, sizeof(panels)); e->w.wk = calloc((size_t)L, sizeof(panels));
+    e->w.wv = calloc((size_t)L, sizeof(panels)); e->w.wo = calloc((size_t)L, sizeof(panels));
+    e->w.w_gate = calloc((size_t)L, sizeof(panels)); e->w.w_up = calloc((size_t)L, sizeof(panels));
+    e->w.w_down = calloc((size_t)L, sizeof(panels));
     if (!e->owned || !e->w.attn_norm || !e->w.ffn_norm || !e->w.wq || !e->w.wk || !e->w.wv || !e->w.wo
         || !e->w.w_gate || !e->w.w_up || !e->w.w_down) { rc = COLIBRI_E_NOMEM; goto fail; }
 
@@ -541,23 +676,27 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
 #define BIND(name, d0, d1, dst) do { rc = bind(e, ts, nt, data, data_size, name, d0, d1, dst); if (rc) goto fail; } while (0)
     BIND("model.embed_tokens.weight", V, D, &e->w.token_embedding);
     BIND("model.norm.weight", D, 0, &e->w.final_norm);
-    if (cfg->tie_embeddings) e->w.lm_head = e->w.token_embedding;
-    else BIND("lm_head.weight", V, D, &e->w.lm_head);
+#define PBIND(name, d0, d1, dst) do { rc = bind_packed(e, ts, nt, data, data_size, name, d0, d1, dst); if (rc) goto fail; } while (0)
+    if (cfg->tie_embeddings) { rc = pack(e, e->w.token_embedding, V, D, &e->w.lm_head); if (rc) goto fail; }
+    else PBIND("lm_head.weight", V, D, &e->w.lm_head);
     for (int l = 0; l < L; l++) {
         char n[160];
 #define LBIND(suffix, d0, d1, dst) do { snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix); BIND(n, d0, d1, dst); } while (0)
+#define LPBIND(suffix, d0, d1, dst) do { snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix); PBIND(n, d0, d1, dst); } while (0)
         LBIND("input_layernorm.weight", D, 0, &e->w.attn_norm[l]);
         LBIND("post_attention_layernorm.weight", D, 0, &e->w.ffn_norm[l]);
-        LBIND("self_attn.q_proj.weight", Q, D, &e->w.wq[l]);
-        LBIND("self_attn.k_proj.weight", K, D, &e->w.wk[l]);
-        LBIND("self_attn.v_proj.weight", K, D, &e->w.wv[l]);
-        LBIND("self_attn.o_proj.weight", D, Q, &e->w.wo[l]);
-        LBIND("mlp.gate_proj.weight", H, D, &e->w.w_gate[l]);
-        LBIND("mlp.up_proj.weight", H, D, &e->w.w_up[l]);
-        LBIND("mlp.down_proj.weight", D, H, &e->w.w_down[l]);
+        LPBIND("self_attn.q_proj.weight", Q, D, &e->w.wq[l]);
+        LPBIND("self_attn.k_proj.weight", K, D, &e->w.wk[l]);
+        LPBIND("self_attn.v_proj.weight", K, D, &e->w.wv[l]);
+        LPBIND("self_attn.o_proj.weight", D, Q, &e->w.wo[l]);
+        LPBIND("mlp.gate_proj.weight", H, D, &e->w.w_gate[l]);
+        LPBIND("mlp.up_proj.weight", H, D, &e->w.w_up[l]);
+        LPBIND("mlp.down_proj.weight", D, H, &e->w.w_down[l]);
 #undef LBIND
+#undef LPBIND
     }
 #undef BIND
+#undef PBIND
     free(ts);
     ts = NULL;
 
