@@ -206,13 +206,10 @@ typedef struct {
 typedef struct {
     float *token_embedding;  /* (vocab, dim) */
     float **attn_norm;       /* per layer (dim) */
-    panels *wq;              /* per layer (n_heads*head_size, dim) */
-    panels *wk;              /* per layer (n_kv_heads*head_size, dim) */
-    panels *wv;              /* per layer (n_kv_heads*head_size, dim) */
+    panels *wqkv;            /* per layer (q_dim + 2*kv_dim, dim): q_proj, k_proj, v_proj stacked */
     panels *wo;              /* per layer (dim, n_heads*head_size) */
     float **ffn_norm;        /* per layer (dim) */
-    panels *w_gate;          /* per layer (hidden_dim, dim) */
-    panels *w_up;            /* per layer (hidden_dim, dim) */
+    panels *w_gate_up;       /* per layer (2*hidden_dim, dim): gate_proj, up_proj stacked */
     panels *w_down;          /* per layer (dim, hidden_dim) */
     float *final_norm;       /* (dim) */
     panels lm_head;          /* (vocab, dim); the embedding when tied */
@@ -230,12 +227,10 @@ typedef struct {
     int cap;         /* rows allocated */
     float *x;        /* (cap, dim) residual stream */
     float *xb;       /* (cap, dim) normed input */
-    float *q;        /* (cap, n_heads*head_size) */
-    float *k;        /* (cap, kv_dim) */
-    float *v;        /* (cap, kv_dim) */
+    float *qkv;      /* (cap, q_dim + 2*kv_dim): each row's query, key, value */
     float *att_out;  /* (cap, n_heads*head_size) */
     float *hb;       /* (cap, hidden_dim) */
-    float *hb2;      /* (cap, hidden_dim) */
+    float *gu;       /* (cap, 2*hidden_dim): each row's gate then up projection */
     float *att;      /* (cap, n_heads, n_ctx) attention scores */
 } scratch;
 
@@ -256,8 +251,8 @@ struct colibri_engine {
 static void *xcalloc(size_t n, size_t size) { return n && size ? calloc(n, size) : NULL; }
 
 static void free_scratch(scratch *s) {
-    free(s->x); free(s->xb); free(s->q); free(s->k); free(s->v);
-    free(s->att_out); free(s->hb); free(s->hb2); free(s->att);
+    free(s->x); free(s->xb); free(s->qkv);
+    free(s->att_out); free(s->hb); free(s->gu); free(s->att);
     memset(s, 0, sizeof *s);
 }
 
@@ -269,14 +264,12 @@ static int ensure_scratch(colibri_engine *e, int rows) {
     size_t r = (size_t)rows;
     s->x = xcalloc(r * c->dim, sizeof(float));
     s->xb = xcalloc(r * c->dim, sizeof(float));
-    s->q = xcalloc(r * e->q_dim, sizeof(float));
-    s->k = xcalloc(r * e->kv_dim, sizeof(float));
-    s->v = xcalloc(r * e->kv_dim, sizeof(float));
+    s->qkv = xcalloc(r * (e->q_dim + 2 * e->kv_dim), sizeof(float));
     s->att_out = xcalloc(r * e->q_dim, sizeof(float));
     s->hb = xcalloc(r * c->hidden_dim, sizeof(float));
-    s->hb2 = xcalloc(r * c->hidden_dim, sizeof(float));
+    s->gu = xcalloc(r * 2 * c->hidden_dim, sizeof(float));
     s->att = xcalloc(r * c->n_heads * c->n_ctx, sizeof(float));
-    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att_out || !s->hb || !s->hb2 || !s->att) {
+    if (!s->x || !s->xb || !s->qkv || !s->att_out || !s->hb || !s->gu || !s->att) {
         free_scratch(s);
         return COLIBRI_E_NOMEM;
     }
@@ -406,6 +399,8 @@ static void rope(float *vec, int n_heads, int head_size, const float *cos_row, c
     }
 }
 
+typedef int32_t ivec16 __attribute__((vector_size(PANEL * sizeof(int32_t))));
+
 static float hsum16(vec16 v) {
     typedef float vec8 __attribute__((vector_size(8 * sizeof(float))));
     vec8 lo, hi;
@@ -417,30 +412,71 @@ static float hsum16(vec16 v) {
     return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
 }
 
+/* r[t] = the sum of a[t]'s lanes, for 16 vectors at once: four rounds each fold every pair of
+ * vectors into one by adding their halves (15 adds in all, against 16 separate horizontal
+ * sums whose every step is a dependent shuffle). The folds leave t in bit-reversed lane order;
+ * one permutation restores it. */
+static vec16 hsum16x16(vec16 *a) {
+    static const ivec16 lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+                        hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+                        lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+                        hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
+                        lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+                        hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+                        lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+                        hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31},
+                        bitrev = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    vec16 b[8], c[4], d[2];
+    for (int k = 0; k < 8; k++) b[k] = __builtin_shuffle(a[2 * k], a[2 * k + 1], lo8) + __builtin_shuffle(a[2 * k], a[2 * k + 1], hi8);
+    for (int k = 0; k < 4; k++) c[k] = __builtin_shuffle(b[2 * k], b[2 * k + 1], lo4) + __builtin_shuffle(b[2 * k], b[2 * k + 1], hi4);
+    for (int k = 0; k < 2; k++) d[k] = __builtin_shuffle(c[2 * k], c[2 * k + 1], lo2) + __builtin_shuffle(c[2 * k], c[2 * k + 1], hi2);
+    vec16 e = __builtin_shuffle(d[0], d[1], lo1) + __builtin_shuffle(d[0], d[1], hi1);
+    return __builtin_shuffle(e, bitrev);
+}
+
+/* Attention for a head of NV whole vectors (NV a literal at each call site, so the loops
+ * over it unroll). See attend. */
+static inline __attribute__((always_inline)) void attend_vec(float *out, const float *q, const float *k,
+                                                           const float *v, int kv_stride, int n_t, float *att,
+                                                           float scale, int NV) {
+    vec16 qv[8], o[8], a[PANEL];
+    for (int c = 0; c < NV; c++) { qv[c] = load16(q + c * PANEL); o[c] = (vec16){0}; }
+    int t = 0;
+    for (; t + PANEL <= n_t; t += PANEL) {  /* scores sixteen positions at a time */
+        for (int i = 0; i < PANEL; i++) {
+            const float *kt = k + (size_t)(t + i) * kv_stride;
+            a[i] = qv[0] * load16(kt);
+            for (int c = 1; c < NV; c++) a[i] += qv[c] * load16(kt + c * PANEL);
+        }
+        vec16 sc = hsum16x16(a) * scale;
+        memcpy(att + t, &sc, sizeof sc);
+    }
+    for (; t < n_t; t++) {
+        const float *kt = k + (size_t)t * kv_stride;
+        vec16 acc = qv[0] * load16(kt);
+        for (int c = 1; c < NV; c++) acc += qv[c] * load16(kt + c * PANEL);
+        att[t] = hsum16(acc) * scale;
+    }
+    softmax(att, n_t);
+    for (t = 0; t < n_t; t++) {
+        const float *vt = v + (size_t)t * kv_stride;
+        for (int c = 0; c < NV; c++) o[c] += att[t] * load16(vt + c * PANEL);
+    }
+    for (int c = 0; c < NV; c++) memcpy(out + c * PANEL, &o[c], sizeof o[c]);
+}
+
 /* One head of causal attention over n_t cached positions: out (hs) = softmax(q.K^T / sqrt(hs)) V.
- * K and V rows are kv_stride apart. Head sizes that are a multiple of 16 (up to 256: every
- * common model) run on whole vectors with the output held in registers; others take the
- * plain loops. `att` is scratch for n_t scores. */
+ * K and V rows are kv_stride apart. Head sizes of 16, 32, 64 and 128 (nearly every model)
+ * run on whole vectors; others take the plain loops. `att` is scratch for n_t scores. */
 static void attend(float *out, const float *q, const float *k, const float *v, int kv_stride, int hs, int n_t,
                    float *att) {
     const float scale = 1.0f / sqrtf((float)hs);
-    if (hs % PANEL == 0 && hs <= 16 * PANEL) {
-        const int nv = hs / PANEL;
-        vec16 qv[16], o[16];
-        for (int c = 0; c < nv; c++) { qv[c] = load16(q + c * PANEL); o[c] = (vec16){0}; }
-        for (int t = 0; t < n_t; t++) {
-            const float *kt = k + (size_t)t * kv_stride;
-            vec16 acc = qv[0] * load16(kt);
-            for (int c = 1; c < nv; c++) acc += qv[c] * load16(kt + c * PANEL);
-            att[t] = hsum16(acc) * scale;
-        }
-        softmax(att, n_t);
-        for (int t = 0; t < n_t; t++) {
-            const float *vt = v + (size_t)t * kv_stride;
-            for (int c = 0; c < nv; c++) o[c] += att[t] * load16(vt + c * PANEL);
-        }
-        for (int c = 0; c < nv; c++) memcpy(out + c * PANEL, &o[c], sizeof o[c]);
-        return;
+    switch (hs) {
+    case 16: attend_vec(out, q, k, v, kv_stride, n_t, att, scale, 1); return;
+    case 32: attend_vec(out, q, k, v, kv_stride, n_t, att, scale, 2); return;
+    case 64: attend_vec(out, q, k, v, kv_stride, n_t, att, scale, 4); return;
+    case 128: attend_vec(out, q, k, v, kv_stride, n_t, att, scale, 8); return;
+    default: break;
     }
     for (int t = 0; t < n_t; t++) {
         const float *kt = k + (size_t)t * kv_stride;
@@ -463,7 +499,7 @@ static void attend(float *out, const float *q, const float *k, const float *v, i
  * attention, so causal attention reads positions 0..pos[r] of its own slot only. */
 static void forward(colibri_engine *e, int rows, const int *slot, const int *pos, const int *tok) {
     const colibri_config *c = &e->cfg;
-    const int dim = c->dim, hs = e->head_size, kvd = e->kv_dim, qd = e->q_dim, hid = c->hidden_dim;
+    const int dim = c->dim, hs = e->head_size, kvd = e->kv_dim, qd = e->q_dim, hid = c->hidden_dim, qkvd = qd + 2 * kvd;
     const int kv_mul = c->n_heads / c->n_kv_heads, half = hs / 2, T = e->n_threads;
     scratch *s = &e->s;
 
@@ -473,41 +509,41 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
     for (int l = 0; l < c->n_layers; l++) {
         for (int r = 0; r < rows; r++)
             rmsnorm(s->xb + (size_t)r * dim, s->x + (size_t)r * dim, e->w.attn_norm[l], dim, c->norm_eps);
-        matmul(s->q, s->xb, &e->w.wq[l], rows, T);
-        matmul(s->k, s->xb, &e->w.wk[l], rows, T);
-        matmul(s->v, s->xb, &e->w.wv[l], rows, T);
+        matmul(s->qkv, s->xb, &e->w.wqkv[l], rows, T);
         for (int r = 0; r < rows; r++) {
             const float *cr = e->rope_cos + (size_t)pos[r] * half, *sr = e->rope_sin + (size_t)pos[r] * half;
-            rope(s->q + (size_t)r * qd, c->n_heads, hs, cr, sr);
-            rope(s->k + (size_t)r * kvd, c->n_kv_heads, hs, cr, sr);
+            float *q = s->qkv + (size_t)r * qkvd, *k = q + qd, *v = k + kvd;
+            rope(q, c->n_heads, hs, cr, sr);
+            rope(k, c->n_kv_heads, hs, cr, sr);
             slot_state *st = &e->slots[slot[r]];
             size_t off = ((size_t)l * c->n_ctx + pos[r]) * kvd;
-            memcpy(st->key_cache + off, s->k + (size_t)r * kvd, sizeof(float) * kvd);
-            memcpy(st->value_cache + off, s->v + (size_t)r * kvd, sizeof(float) * kvd);
+            memcpy(st->key_cache + off, k, sizeof(float) * kvd);
+            memcpy(st->value_cache + off, v, sizeof(float) * kvd);
         }
-        int rh;
+        /* One work item per (row, kv head): the query heads sharing a K/V head run back to
+         * back on one thread, so the second reads those cache rows from its own cache. */
+        int rg;
 #pragma omp parallel for schedule(dynamic) num_threads(T) if (T > 1 && (long)rows * c->n_heads * (pos[rows - 1] + 1) * hs >= PARALLEL_MIN_WORK)
-        for (rh = 0; rh < rows * c->n_heads; rh++) {
-            int r = rh / c->n_heads, h = rh % c->n_heads;
+        for (rg = 0; rg < rows * c->n_kv_heads; rg++) {
+            int r = rg / c->n_kv_heads, g = rg % c->n_kv_heads;
             const slot_state *st = &e->slots[slot[r]];
-            const float *q = s->q + (size_t)r * qd + h * hs;
-            float *att = s->att + ((size_t)r * c->n_heads + h) * c->n_ctx;
-            const float *kbase = st->key_cache + (size_t)l * c->n_ctx * kvd + (h / kv_mul) * hs;
-            const float *vbase = st->value_cache + (size_t)l * c->n_ctx * kvd + (h / kv_mul) * hs;
-            attend(s->att_out + (size_t)r * qd + h * hs, q, kbase, vbase, kvd, hs, pos[r] + 1, att);
+            const float *kbase = st->key_cache + (size_t)l * c->n_ctx * kvd + g * hs;
+            const float *vbase = st->value_cache + (size_t)l * c->n_ctx * kvd + g * hs;
+            for (int h = g * kv_mul; h < (g + 1) * kv_mul; h++)
+                attend(s->att_out + (size_t)r * qd + h * hs, s->qkv + (size_t)r * qkvd + h * hs, kbase, vbase, kvd, hs,
+                       pos[r] + 1, s->att + ((size_t)r * c->n_heads + h) * c->n_ctx);
         }
         matmul(s->xb, s->att_out, &e->w.wo[l], rows, T);
         for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
 
         for (int r = 0; r < rows; r++)
             rmsnorm(s->xb + (size_t)r * dim, s->x + (size_t)r * dim, e->w.ffn_norm[l], dim, c->norm_eps);
-        matmul(s->hb, s->xb, &e->w.w_gate[l], rows, T);
-        matmul(s->hb2, s->xb, &e->w.w_up[l], rows, T);
-        const size_t nh = (size_t)rows * hid;
+        matmul(s->gu, s->xb, &e->w.w_gate_up[l], rows, T);
+        for (int r = 0; r < rows; r++) {
+            const float *gate = s->gu + (size_t)r * 2 * hid, *up = gate + hid;
+            float *h = s->hb + (size_t)r * hid;
 #pragma omp simd
-        for (size_t i = 0; i < nh; i++) {
-            float g = s->hb[i];
-            s->hb[i] = g / (1.0f + exp_poly(-g)) * s->hb2[i];  /* SwiGLU: silu(gate) * up */
+            for (int i = 0; i < hid; i++) h[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];  /* SwiGLU */
         }
         matmul(s->xb, s->hb, &e->w.w_down[l], rows, T);
         for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
@@ -578,17 +614,21 @@ static int bind(colibri_engine *e, const tensor_info *ts, int nt, const char *da
     return COLIBRI_OK;
 }
 
-/* Repacks W (d, n) into the engine's own panels (see `panels`). */
-static int pack(colibri_engine *e, const float *w, long d, long n, panels *out) {
+/* Repacks W (d, n) into the engine's own panels (see `panels`). W may be several matrices
+ * stacked by rows (src[0] with d_of[0] rows, then src[1], ...): a fused projection. */
+static int pack(colibri_engine *e, const float *const *src, const long *d_of, int n_src, long n, panels *out) {
+    long d = 0;
+    for (int i = 0; i < n_src; i++) d += d_of[i];
     size_t n_panels = (size_t)(d + PANEL - 1) / PANEL, size = n_panels * (size_t)n * PANEL * sizeof(float);
     float *p = aligned_alloc(64, size);  /* size is a multiple of 64: PANEL floats per row */
     if (!p) return COLIBRI_E_NOMEM;
-    for (size_t q = 0; q < n_panels; q++)
-        for (long j = 0; j < n; j++)
-            for (int c = 0; c < PANEL; c++) {
-                long col = (long)q * PANEL + c;
-                p[(q * (size_t)n + (size_t)j) * PANEL + c] = col < d ? w[(size_t)col * n + j] : 0.0f;
-            }
+    memset(p, 0, size);
+    long col = 0;
+    for (int i = 0; i < n_src; i++)
+        for (long row = 0; row < d_of[i]; row++, col++) {
+            float *dst = p + (size_t)(col / PANEL) * n * PANEL + col % PANEL;
+            for (long j = 0; j < n; j++) dst[(size_t)j * PANEL] = src[i][(size_t)row * n + j];
+        }
     e->owned[e->n_owned++] = p;
     out->p = p;
     out->n = (int)n;
@@ -596,17 +636,19 @@ static int pack(colibri_engine *e, const float *w, long d, long n, panels *out) 
     return COLIBRI_OK;
 }
 
-/* bind + pack; a converted (F16/BF16) copy made by bind is freed once packed. */
+/* Binds the named tensors (each (d_of[i], n)) and packs them stacked; copies that bind made
+ * to convert F16/BF16 are freed once packed. */
 static int bind_packed(colibri_engine *e, const tensor_info *ts, int nt, const char *data, size_t data_size,
-                       const char *name, long d0, long d1, panels *out) {
-    int before = e->n_owned;
-    float *raw;
-    int rc = bind(e, ts, nt, data, data_size, name, d0, d1, &raw);
+                       const char *const *names, const long *d_of, int n_src, long n, panels *out) {
+    int before = e->n_owned, rc = COLIBRI_OK;
+    float *raw[3];
+    for (int i = 0; i < n_src && !rc; i++) rc = bind(e, ts, nt, data, data_size, names[i], d_of[i], n, &raw[i]);
+    if (!rc) rc = pack(e, (const float *const *)raw, d_of, n_src, n, out);
     if (rc) return rc;
-    rc = pack(e, raw, d0, d1, out);
-    if (rc || e->n_owned - before < 2) return rc;
-    free(e->owned[before]);  /* the conversion; the packed copy moves into its place */
-    e->owned[before] = e->owned[--e->n_owned];
+    int converted = e->n_owned - 1 - before;
+    for (int i = 0; i < converted; i++) free(e->owned[before + i]);
+    e->owned[before] = e->owned[e->n_owned - 1];
+    e->n_owned = before + 1;
     return COLIBRI_OK;
 }
 
@@ -665,35 +707,42 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     int L = cfg->n_layers;
     e->owned = calloc((size_t)(10 * L + 8), sizeof(float *));
     e->w.attn_norm = calloc((size_t)L, sizeof(float *)); e->w.ffn_norm = calloc((size_t)L, sizeof(float *));
-    e->w.wq = calloc((size_t)L, sizeof(panels)); e->w.wk = calloc((size_t)L, sizeof(panels));
-    e->w.wv = calloc((size_t)L, sizeof(panels)); e->w.wo = calloc((size_t)L, sizeof(panels));
-    e->w.w_gate = calloc((size_t)L, sizeof(panels)); e->w.w_up = calloc((size_t)L, sizeof(panels));
+    e->w.wqkv = calloc((size_t)L, sizeof(panels)); e->w.wo = calloc((size_t)L, sizeof(panels));
+    e->w.w_gate_up = calloc((size_t)L, sizeof(panels));
     e->w.w_down = calloc((size_t)L, sizeof(panels));
-    if (!e->owned || !e->w.attn_norm || !e->w.ffn_norm || !e->w.wq || !e->w.wk || !e->w.wv || !e->w.wo
-        || !e->w.w_gate || !e->w.w_up || !e->w.w_down) { rc = COLIBRI_E_NOMEM; goto fail; }
+    if (!e->owned || !e->w.attn_norm || !e->w.ffn_norm || !e->w.wqkv || !e->w.wo || !e->w.w_gate_up
+        || !e->w.w_down) { rc = COLIBRI_E_NOMEM; goto fail; }
 
     long D = cfg->dim, H = cfg->hidden_dim, V = cfg->vocab_size, Q = e->q_dim, K = e->kv_dim;
 #define BIND(name, d0, d1, dst) do { rc = bind(e, ts, nt, data, data_size, name, d0, d1, dst); if (rc) goto fail; } while (0)
     BIND("model.embed_tokens.weight", V, D, &e->w.token_embedding);
     BIND("model.norm.weight", D, 0, &e->w.final_norm);
-#define PBIND(name, d0, d1, dst) do { rc = bind_packed(e, ts, nt, data, data_size, name, d0, d1, dst); if (rc) goto fail; } while (0)
-    if (cfg->tie_embeddings) { rc = pack(e, e->w.token_embedding, V, D, &e->w.lm_head); if (rc) goto fail; }
-    else PBIND("lm_head.weight", V, D, &e->w.lm_head);
+#define PBIND(names, d_of, count, n_in, dst) do { rc = bind_packed(e, ts, nt, data, data_size, names, d_of, count, n_in, dst); if (rc) goto fail; } while (0)
+    const long vocab_rows[1] = {V}, qkv_rows[3] = {Q, K, K}, gate_up_rows[2] = {H, H}, dim_rows[1] = {D};
+    if (cfg->tie_embeddings) {
+        const float *emb[1] = {e->w.token_embedding};
+        rc = pack(e, emb, vocab_rows, 1, D, &e->w.lm_head);
+        if (rc) goto fail;
+    } else {
+        const char *head[1] = {"lm_head.weight"};
+        PBIND(head, vocab_rows, 1, D, &e->w.lm_head);
+    }
     for (int l = 0; l < L; l++) {
-        char n[160];
-#define LBIND(suffix, d0, d1, dst) do { snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix); BIND(n, d0, d1, dst); } while (0)
-#define LPBIND(suffix, d0, d1, dst) do { snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix); PBIND(n, d0, d1, dst); } while (0)
-        LBIND("input_layernorm.weight", D, 0, &e->w.attn_norm[l]);
-        LBIND("post_attention_layernorm.weight", D, 0, &e->w.ffn_norm[l]);
-        LPBIND("self_attn.q_proj.weight", Q, D, &e->w.wq[l]);
-        LPBIND("self_attn.k_proj.weight", K, D, &e->w.wk[l]);
-        LPBIND("self_attn.v_proj.weight", K, D, &e->w.wv[l]);
-        LPBIND("self_attn.o_proj.weight", D, Q, &e->w.wo[l]);
-        LPBIND("mlp.gate_proj.weight", H, D, &e->w.w_gate[l]);
-        LPBIND("mlp.up_proj.weight", H, D, &e->w.w_up[l]);
-        LPBIND("mlp.down_proj.weight", D, H, &e->w.w_down[l]);
-#undef LBIND
-#undef LPBIND
+        char n[7][160];
+        const char *suffix[7] = {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
+                                 "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                                 "mlp.down_proj.weight"};
+        for (int i = 0; i < 7; i++) snprintf(n[i], sizeof n[i], "model.layers.%d.%s", l, suffix[i]);
+        char g[160], u[160];
+        snprintf(g, sizeof g, "model.layers.%d.mlp.gate_proj.weight", l);
+        snprintf(u, sizeof u, "model.layers.%d.mlp.up_proj.weight", l);
+        const char *qkv[3] = {n[2], n[3], n[4]}, *o[1] = {n[5]}, *gate_up[2] = {g, u}, *down[1] = {n[6]};
+        BIND(n[0], D, 0, &e->w.attn_norm[l]);
+        BIND(n[1], D, 0, &e->w.ffn_norm[l]);
+        PBIND(qkv, qkv_rows, 3, D, &e->w.wqkv[l]);
+        PBIND(o, dim_rows, 1, Q, &e->w.wo[l]);
+        PBIND(gate_up, gate_up_rows, 2, D, &e->w.w_gate_up[l]);
+        PBIND(down, dim_rows, 1, H, &e->w.w_down[l]);
     }
 #undef BIND
 #undef PBIND
@@ -732,8 +781,8 @@ void colibri_free(colibri_engine *e) {
     if (!e) return;
     for (int i = 0; i < e->n_owned; i++) free(e->owned[i]);
     free(e->owned);
-    free(e->w.attn_norm); free(e->w.ffn_norm); free(e->w.wq); free(e->w.wk); free(e->w.wv);
-    free(e->w.wo); free(e->w.w_gate); free(e->w.w_up); free(e->w.w_down);
+    free(e->w.attn_norm); free(e->w.ffn_norm); free(e->w.wqkv); free(e->w.wo);
+    free(e->w.w_gate_up); free(e->w.w_down);
     for (int i = 0; i < COLIBRI_MAX_SLOTS; i++) {
         free(e->slots[i].key_cache); free(e->slots[i].value_cache); free(e->slots[i].tokens);
     }
