@@ -56,13 +56,13 @@ def bench_engine(path: Path, vocab: int, threads: int, steps: int, repeat: int) 
     out["prefill_tok_s"] = 512 / best_of(lambda: e1.prefill(0, prompt, reuse=False), repeat)
 
     # Decode is timed alone: each run starts from freshly prefilled 16-token prompts (untimed),
-    # so the 4-slot figure does not carry four prefills against the 1-slot figure's one.
+    # so the 4-slot figure does not carry four prefills against the 1-slot figure's one. The
+    # 1-slot and 4-slot runs alternate, so a slow spell on this shared machine hits both.
+    e4 = engine(path, 4, threads)
+
     def decode_1():
         for i in range(steps):
             e1.decode([0], [prompt[i]])
-
-    out["decode_1slot_tok_s"] = steps / best_of(decode_1, repeat, lambda: e1.prefill(0, prompt[:16], reuse=False))
-    e4 = engine(path, 4, threads)
 
     def prefill_4():
         for s in range(4):
@@ -72,7 +72,12 @@ def bench_engine(path: Path, vocab: int, threads: int, steps: int, repeat: int) 
         for i in range(steps):
             e4.decode([0, 1, 2, 3], [prompt[i]] * 4)
 
-    out["decode_4slot_aggregate_tok_s"] = 4 * steps / best_of(decode_4, repeat, prefill_4)
+    best_1 = best_4 = float("inf")
+    for _ in range(repeat):
+        best_1 = min(best_1, best_of(decode_1, 1, lambda: e1.prefill(0, prompt[:16], reuse=False)))
+        best_4 = min(best_4, best_of(decode_4, 1, prefill_4))
+    out["decode_1slot_tok_s"] = steps / best_1
+    out["decode_4slot_aggregate_tok_s"] = 4 * steps / best_4
     shared = toks(1000, vocab, 2)
     tails = [toks(24, vocab, 100 + r) for r in range(repeat)]
 
