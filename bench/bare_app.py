@@ -9,9 +9,26 @@ COMPLETION = (b'{"id":"cmpl-x","object":"text_completion","created":0,"model":"c
               b'"total_tokens":2}}')
 
 
+def _sse_chunks(n: int):
+    """What a 64-token chat stream sends, with fixed content: role chunk, n token chunks, a
+    finish chunk, a usage chunk, [DONE]."""
+    head = b'data: {"id":"chatcmpl-x","object":"chat.completion.chunk","created":0,"model":"colibri-tiny","choices":['
+    yield head + b'{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+    for _ in range(n):
+        yield head + b'{"index":0,"delta":{"content":"x"},"finish_reason":null}]}\n\n'
+    yield head + b'{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
+    yield head + b'],"usage":{"prompt_tokens":1,"completion_tokens":%d,"total_tokens":%d}}\n\n' % (n, n + 1)
+    yield b"data: [DONE]\n\n"
+
+
 class Chat:
+    """Refuses like a validation error, or streams 64 fixed chunks when asked to stream."""
+
     def on_post(self, req, resp):
-        req.bounded_stream.read()
+        if b'"stream": true' in req.bounded_stream.read():
+            resp.content_type = "text/event-stream"
+            resp.stream = _sse_chunks(64)
+            return
         resp.status = falcon.HTTP_400
         resp.data = REFUSAL
 

@@ -85,10 +85,8 @@ class MessagesResource(_Endpoint):
         chat = to_chat_input(body)
         rendered, ids = self.svc.render(chat)
         max_new = self.svc.budget(ids, body.get("max_tokens"), "messages")
-        slot = body.get("cache_slot")
-        if slot is None:
-            slot = conversation_slot(chat.messages, self.svc.settings.kv_slots)
-        task = self.svc.task(ids, body, max_new=max_new, slot=slot)
+        prefer = conversation_slot(chat.messages, self.svc.settings.kv_slots)  # ops.slot.choice
+        task = self.svc.task(ids, body, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer)
         gen = self.svc.generation(task, stops=list(body.get("stop_sequences") or []), ignore_leading=False,
                                   thinking=rendered.thinking, tools=rendered.tools_offered, client_gone=detector(req.env))
         mid, model, thinking = f"msg_{uuid.uuid4().hex[:24]}", self.svc.settings.model_id, rendered.thinking

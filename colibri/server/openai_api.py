@@ -116,11 +116,10 @@ class ChatResource(_Endpoint):
         rendered, ids = self.svc.render(from_openai_chat(body))
         requested = body.get("max_completion_tokens") or body.get("max_tokens")
         max_new = self.svc.budget(ids, requested, "messages")
-        slot = body.get("cache_slot")
-        if slot is None:
-            slot = conversation_slot(body["messages"], self.svc.settings.kv_slots)
+        prefer = conversation_slot(body["messages"], self.svc.settings.kv_slots)  # ops.slot.choice
         k = (body.get("top_logprobs") or 0) if body.get("logprobs") else -1
-        task = self.svc.task(ids, body, max_new=max_new, slot=slot, logprobs_k=k)
+        task = self.svc.task(ids, body, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer,
+                             logprobs_k=k)
         gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
                                   thinking=rendered.thinking, tools=rendered.tools_offered,
                                   strict_tools=bool(body.get("strict_tool_calls")), client_gone=detector(req.env))

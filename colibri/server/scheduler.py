@@ -27,8 +27,9 @@ BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 
 
 def conversation_slot(messages: list[dict[str, Any]], n_slots: int) -> int:
-    """Stable slot for a conversation: hash of the messages up to the first user message, so
-    every turn of one conversation lands where its prefix is cached."""
+    """Preferred slot for a conversation: hash of the messages up to the first user message, so
+    every turn of one conversation lands where its prefix is cached while that slot is free
+    (a preference, not a pin: see the rule ops.slot.choice)."""
     if n_slots <= 1:
         return 0
     head = []
@@ -66,7 +67,8 @@ class Task:
     seed: int | None = None
     top_k_logprobs: int = -1  # -1: no logprobs; k >= 0: chosen token's logprob plus k alternatives
     echo: bool = False  # prompt logprobs (prefill without reuse, every position)
-    slot: int | None = None  # pinned slot, or None for any free slot
+    slot: int | None = None  # pinned slot (cache_slot), or None for any free slot
+    prefer: int | None = None  # the slot to take when it is free (the conversation's hash slot)
     events: queue.Queue = field(default_factory=queue.Queue)
     stop_requested: bool = False
     cancelled: bool = False
@@ -157,6 +159,8 @@ class Scheduler:
         free = [s for s in range(self.n_slots) if s not in self.busy and s not in reserved]
         if task.slot is not None:
             return task.slot if task.slot in free else None
+        if task.prefer in free:
+            return task.prefer
         return free[0] if free else None
 
     def admit(self, task: Task) -> None:
