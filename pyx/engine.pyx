@@ -141,6 +141,23 @@ def sample(logits, float temperature, float top_p, unsigned long long rng_state)
     return token, state
 
 
+def sample_rows(float[:, ::1] logits, float[::1] temperatures, float[::1] top_ps, unsigned long long[::1] rng_states):
+    """colibri_sample for each row of a decode step's logits in one call. Returns the tokens;
+    each row's rng state is advanced in place."""
+    cdef Py_ssize_t n = logits.shape[0], i
+    if temperatures.shape[0] != n or top_ps.shape[0] != n or rng_states.shape[0] != n or n == 0:
+        check(COLIBRI_E_ARG)
+    cdef cnp.ndarray[int, ndim=1, mode="c"] out = np.empty(n, np.intc)
+    cdef uint64_t state
+    cdef int token = 0
+    for i in range(n):
+        state = rng_states[i]
+        check(colibri_sample(&logits[i, 0], logits.shape[1], temperatures[i], top_ps[i], &state, &token))
+        rng_states[i] = state
+        out[i] = token
+    return out
+
+
 def logprobs(logits, int token, int k):
     """Returns (token_logprob, top_ids, top_logprobs) from the raw logits (before temperature)."""
     cdef cnp.ndarray[float, ndim=1, mode="c"] row = np.ascontiguousarray(logits, dtype=np.float32)

@@ -314,3 +314,16 @@ def test_greedy_and_seeded_sampling():
     assert {_engine.sample(logits, 1.0, 0.01, s)[0] for s in range(1, 50)} == {1}
     with pytest.raises(EngineArgumentError):
         _engine.sample(logits, 1.0, 1.0, 0)
+
+
+def test_sample_rows_is_sample_applied_to_each_row():
+    rows = np.random.default_rng(3).normal(0, 2, (5, 40)).astype(np.float32)
+    temps = np.array([0.0, 1.0, 0.7, 1.0, 1.3], np.float32)
+    tops = np.array([1.0, 1.0, 0.9, 0.05, 1.0], np.float32)
+    states = np.array([1, 42, 7, 99, 2**63 + 5], np.uint64)
+    want = [_engine.sample(rows[i], float(temps[i]), float(tops[i]), int(states[i])) for i in range(5)]
+    got = _engine.sample_rows(rows, temps, tops, states)
+    assert got.tolist() == [t for t, _ in want]
+    assert states.tolist() == [s for _, s in want]  # advanced in place
+    with pytest.raises(EngineArgumentError):
+        _engine.sample_rows(rows, temps[:4], tops, states)

@@ -133,11 +133,21 @@ class Generation:
                 except queue.Empty:
                     break
             pending: Delta | None = None
-            for kind, payload in events:
+            i = 0
+            while i < len(events):
+                kind, payload = events[i]
                 if kind == "error":
                     yield from ([pending] if pending else [])
                     raise self._as_api_error(payload)
-                produced = self._token(payload) if kind == "token" else self._finish(payload)
+                if kind == "token":  # a run of tokens goes through the pipeline as one text
+                    j = i
+                    while j < len(events) and events[j][0] == "token":
+                        j += 1
+                    produced = self._tokens([rec for _, rec in events[i:j]])
+                    i = j
+                else:
+                    produced = self._finish(payload)
+                    i += 1
                 for d in produced:
                     if pending is not None and pending.kind == d.kind:
                         pending = Delta(d.kind, pending.text + d.text)
@@ -171,12 +181,20 @@ class Generation:
 
     # ------------------------------------------------------------------ the pipeline
 
-    def _token(self, rec: TokenRecord) -> Iterator[Delta]:
-        text = self.assembler.feed(self.token_bytes[rec.token])
-        start = len(self.raw)
-        self.raw += text
-        self.records.append((rec, start, len(self.raw)))
-        yield from self._through(self.stop_filter.feed(text))
+    def _tokens(self, recs: list[TokenRecord]) -> Iterator[Delta]:
+        """Tokens in order: each token's characters are recorded with their span of the raw text
+        (for logprobs); the stages after the assembler then take the run's text in one piece,
+        which they treat exactly as the same text arriving token by token."""
+        texts = []
+        end = len(self.raw)
+        for rec in recs:
+            text = self.assembler.feed(self.token_bytes[rec.token])
+            texts.append(text)
+            self.records.append((rec, end, end + len(text)))
+            end += len(text)
+        joined = "".join(texts)
+        self.raw += joined
+        yield from self._through(self.stop_filter.feed(joined))
         if self.stop_filter.matched is not None:
             self.task.stop()
 

@@ -50,7 +50,7 @@ def _seed_state(seed: int | None) -> int:
     return (x ^ (x >> 31)) or 1
 
 
-@dataclass
+@dataclass(slots=True)
 class TokenRecord:
     token: int
     logprob: float | None = None
@@ -69,7 +69,7 @@ class Task:
     echo: bool = False  # prompt logprobs (prefill without reuse, every position)
     slot: int | None = None  # pinned slot (cache_slot), or None for any free slot
     prefer: int | None = None  # the slot to take when it is free (the conversation's hash slot)
-    events: queue.Queue = field(default_factory=queue.Queue)
+    events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # the C queue: cheap per token
     stop_requested: bool = False
     cancelled: bool = False
     client_gone: Any = None  # callable polled while the task waits for a slot
@@ -128,7 +128,7 @@ class Scheduler:
                  metrics: Metrics | None = None, step_delay: float = 0.0, on_release: Any = None):
         from .. import _engine
 
-        self._sample, self._logprobs = _engine.sample, _engine.logprobs
+        self._sample_rows, self._logprobs = _engine.sample_rows, _engine.logprobs
         self.engine = engine
         self.n_slots = n_slots
         self.max_queue = max_queue
@@ -297,14 +297,24 @@ class Scheduler:
                 self.decoding.clear()
 
     def _step(self) -> None:
-        """Sample a token for every decoding task, then advance the ones that go on together."""
-        go: list[Task] = []
+        """Sample a token for every decoding task (one call for the batch), then advance the ones
+        that go on together."""
+        live: list[Task] = []
         for task in list(self.decoding):
             if task.cancelled or task.stop_requested:
                 self.decoding.remove(task)
                 self._finish(task, "stop")
-                continue
-            token, task.rng = self._sample(task.logits, task.temperature, task.top_p, task.rng)
+            else:
+                live.append(task)
+        if not live:
+            return
+        rng = np.array([t.rng for t in live], np.uint64)
+        tokens = self._sample_rows(np.stack([t.logits for t in live]),
+                                   np.array([t.temperature for t in live], np.float32),
+                                   np.array([t.top_p for t in live], np.float32), rng).tolist()
+        go: list[Task] = []
+        for task, token, state in zip(live, tokens, rng.tolist(), strict=True):
+            task.rng = state
             if token in task.end_tokens:
                 self.decoding.remove(task)
                 self._finish(task, "stop")
