@@ -6,14 +6,12 @@ it (for conditions relative to that object, written `@.role`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(NamedTuple):  # a tuple: every request resolves dozens of these
     path: tuple[str | int, ...]
     value: Any
     parent: Any
@@ -28,14 +26,15 @@ def parse(path: str) -> tuple[str, ...]:
 
 
 def _index(seg: str) -> int | None:
-    try:
-        return int(seg)
-    except ValueError:
-        return None
+    digits = seg[1:] if seg[:1] == "-" else seg
+    return int(seg) if digits.isascii() and digits.isdigit() else None
 
 
 def resolve(doc: Any, segments: tuple[str, ...]) -> list[Location]:
     """Every existing location of the path in `doc` (missing keys and type mismatches drop out)."""
+    if len(segments) == 1 and isinstance(doc, dict) and segments[0] != "*":  # a top-level field: most checks
+        seg = segments[0]
+        return [Location((seg,), doc[seg], doc)] if seg in doc else []
     frontier: list[Location] = [Location((), doc, None)]
     for seg in segments:
         nxt: list[Location] = []
