@@ -180,6 +180,17 @@ def _drop_unknown(path: str, body: Body) -> Body:
 
 
 #: name -> (wrapper factory, the rule ids that must fail and only they)
+def _pin_hash_slot(path: str, body: Body) -> Body:
+    """The gateway's slot choice: the conversation's hash slot (here of 2 slots) as a pin."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if path in ("/v1/chat/completions", "/v1/messages") and "cache_slot" not in body and isinstance(messages, list) \
+            and all(isinstance(m, dict) for m in messages):  # malformed messages are the validator's to refuse
+        from colibri.server.scheduler import conversation_slot
+
+        body = dict(body, cache_slot=conversation_slot(messages, 2))
+    return body
+
+
 MUTANTS: dict[str, tuple[Callable[[WSGIApp], WSGIApp], set[str]]] = {
     "stop-text-leaked": (lambda a: _rewrite(a, response=_json_response(_leak_stop)),
                          {"chat.stop.trimmed", "chat.stop.honored", "stop.earliest-wins", "chat.logprobs.join",
@@ -223,4 +234,5 @@ MUTANTS: dict[str, tuple[Callable[[WSGIApp], WSGIApp], set[str]]] = {
     "anthropic-stop-end-turn": (lambda a: _rewrite(a, response=_json_response(_anthropic_stop_end_turn)),
                                 {"msgs.stop_sequence.reason"}),
     "unknown-fields-ignored": (lambda a: _rewrite(a, request=_drop_unknown), {"req.unknown-field.refused"}),
+    "hash-slot-pinned": (lambda a: _rewrite(a, request=_pin_hash_slot), {"ops.slot.choice"}),
 }
