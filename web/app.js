@@ -1,4 +1,5 @@
-// A plain OpenAI-API client: streams /v1/chat/completions and keeps the conversation in memory.
+// A plain OpenAI-API client: streams /v1/chat/completions and keeps the conversation in memory;
+// beside it, the server's /health snapshot (refreshed every 2 s) and the last reply's numbers.
 const log = document.getElementById("log");
 const form = document.getElementById("ask");
 const messages = [];
@@ -18,16 +19,49 @@ function bubble(role, text = "") {
   return div;
 }
 
-async function init() {
+function table(id, rows) {
+  const body = document.querySelector(`#${id} tbody`);
+  body.replaceChildren(...rows.map(([k, v]) => {
+    const tr = document.createElement("tr");
+    for (const text of [k, v]) {
+      const td = document.createElement("td");
+      td.textContent = String(text);
+      tr.appendChild(td);
+    }
+    return tr;
+  }));
+}
+
+async function refresh() {
   try {
-    const health = await (await fetch("/health")).json();
-    const models = await fetch("/v1/models", { headers: headers() });
-    if (models.ok) model = (await models.json()).data[0].id;
+    const health = await (await fetch("/health", { headers: headers() })).json();
     document.getElementById("status").textContent =
       `${model}${health.family ? ` · family ${health.family} · ${health.kv_slots} KV slots` : ""}`;
+    const s = health.scheduler;
+    if (s) {
+      table("scheduler", [["active / capacity", `${s.active} / ${s.capacity}`],
+        ["queued / max", `${s.queued} / ${s.max_queue}`], ["admitted", s.admitted], ["completed", s.completed],
+        ["failed", s.failed], ["rejected (queue full)", s.rejected], ["timed out", s.timed_out],
+        ["cancelled", s.cancelled]]);
+      const caps = document.getElementById("capabilities");
+      caps.replaceChildren(...Object.entries(health.capabilities).map(([k, v]) => {
+        const li = document.createElement("li");
+        li.textContent = `${k}: ${v}`;
+        return li;
+      }));
+    }
   } catch (e) {
     document.getElementById("status").textContent = `unreachable: ${e}`;
   }
+}
+
+async function init() {
+  try {
+    const models = await fetch("/v1/models", { headers: headers() });
+    if (models.ok) model = (await models.json()).data[0].id;
+  } catch (e) { /* refresh() reports an unreachable server */ }
+  await refresh();
+  setInterval(refresh, 2000);
 }
 
 async function send(text) {
@@ -36,10 +70,12 @@ async function send(text) {
   const think = bubble("reasoning");
   const out = bubble("assistant");
   const body = {
-    model, messages, stream: true, max_tokens: 256,
+    model, messages, stream: true, stream_options: { include_usage: true },
+    max_tokens: Number(document.getElementById("max_tokens").value),
     temperature: Number(document.getElementById("temperature").value),
     enable_thinking: document.getElementById("thinking").checked,
   };
+  const started = performance.now();
   const resp = await fetch("/v1/chat/completions", { method: "POST", headers: headers(), body: JSON.stringify(body) });
   if (!resp.ok) {
     const err = await resp.json();
@@ -50,7 +86,7 @@ async function send(text) {
   }
   const reader = resp.body.getReader();
   const decoder = new TextDecoder();
-  let buffer = "", content = "";
+  let buffer = "", content = "", first = null, usage = null, finish = null;
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
@@ -62,8 +98,11 @@ async function send(text) {
       for (const line of event.split("\n")) {
         if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
         const chunk = JSON.parse(line.slice(6));
+        if (chunk.usage) usage = chunk.usage;
         for (const choice of chunk.choices) {
           const d = choice.delta;
+          if (first === null && (d.content || d.reasoning_content)) first = performance.now();
+          if (choice.finish_reason) finish = choice.finish_reason;
           if (d.reasoning_content) think.textContent += d.reasoning_content;
           if (d.content) { content += d.content; out.textContent = content; }
           for (const call of d.tool_calls || []) out.textContent += `\n[tool call ${call.function.name} ${call.function.arguments}]`;
@@ -73,6 +112,16 @@ async function send(text) {
   }
   if (!think.textContent) think.remove();
   messages.push({ role: "assistant", content });
+  const total = (performance.now() - started) / 1000;
+  const rows = [["finish reason", finish], ["queue wait", `${resp.headers.get("x-colibri-queue-wait-ms")} ms`],
+    ["time to first token", first === null ? "—" : `${Math.round(first - started)} ms`], ["total", `${total.toFixed(3)} s`]];
+  if (usage) {
+    rows.push(["prompt tokens (cached)", `${usage.prompt_tokens} (${usage.prompt_tokens_details?.cached_tokens ?? 0})`],
+      ["completion tokens", usage.completion_tokens],
+      ["tokens/s after the first", first === null ? "—" : (usage.completion_tokens / Math.max(1e-3, (performance.now() - first) / 1000)).toFixed(0)]);
+  }
+  table("reply", rows);
+  refresh();
 }
 
 form.addEventListener("submit", (ev) => {
