@@ -324,9 +324,12 @@ class CompiledCheck:
     def predicate(self, value: Any, loc: Location, body: Any, ctx: Context) -> bool:
         return KINDS[self.kind][0](self.arg, value, loc, body, ctx)
 
-    def run(self, body: Any, ctx: Context, messages: dict[str, str]) -> Failure | None:
+    def run(self, body: Any, ctx: Context, messages: dict[str, str],
+            find: Callable[[Any, tuple[str, ...]], list[Location]] = resolve) -> Failure | None:
+        """The failure this check finds in `body`, or None. `find` resolves paths in the body (a
+        validator passes one that remembers, as many checks share a path)."""
         if self.kind == "required":
-            for parent in resolve(body, self.segments[:-1]):
+            for parent in find(body, self.segments[:-1]):
                 if not isinstance(parent.value, dict):
                     continue
                 if self.when and not condition_holds(self.when, body, parent.value, ctx):
@@ -334,7 +337,7 @@ class CompiledCheck:
                 if parent.value.get(self.segments[-1]) is None:
                     return self._fail(parent.path + (self.segments[-1],), None, messages)
             return None
-        for loc in resolve(body, self.segments):
+        for loc in find(body, self.segments):
             if loc.value is None and self.null == "absent":
                 continue
             if self.when and not condition_holds(self.when, body, loc.parent, ctx):
