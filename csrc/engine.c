@@ -4,6 +4,7 @@
  * sampling. See engine.h for the contract and the status codes.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise */
 #include "engine.h"
 
 #include <fcntl.h>
@@ -749,6 +750,9 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
 #undef PBIND
     free(ts);
     ts = NULL;
+    /* The projections now live in their packed copies; let the kernel drop the file's pages
+     * (the embedding and norm rows still read from the mapping fault back in as used). */
+    madvise(map, size, MADV_DONTNEED);
 
     int half = e->head_size / 2;
     e->rope_cos = malloc(sizeof(float) * (size_t)cfg->n_ctx * half);
