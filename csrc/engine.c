@@ -638,6 +638,17 @@ static int pack(colibri_engine *e, const float *const *src, const long *d_of, in
     return COLIBRI_OK;
 }
 
+/* Drops the pages of [p, p + bytes) if they belong to the file mapping: once a tensor is
+ * packed its mapped pages are dead weight, and releasing them as we go keeps peak memory at
+ * about one copy of the weights while loading. */
+static void release_pages(const colibri_engine *e, const void *p, size_t bytes) {
+    uintptr_t lo = (uintptr_t)p, hi = lo + bytes, base = (uintptr_t)e->map, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (lo < base || hi > base + e->map_size) return;  /* a converted copy, not the mapping */
+    lo = (lo + page - 1) / page * page;
+    hi = hi / page * page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 /* Binds the named tensors (each (d_of[i], n)) and packs them stacked; copies that bind made
  * to convert F16/BF16 are freed once packed. */
 static int bind_packed(colibri_engine *e, const tensor_info *ts, int nt, const char *data, size_t data_size,
@@ -647,6 +658,7 @@ static int bind_packed(colibri_engine *e, const tensor_info *ts, int nt, const c
     for (int i = 0; i < n_src && !rc; i++) rc = bind(e, ts, nt, data, data_size, names[i], d_of[i], n, &raw[i]);
     if (!rc) rc = pack(e, (const float *const *)raw, d_of, n_src, n, out);
     if (rc) return rc;
+    for (int i = 0; i < n_src; i++) release_pages(e, raw[i], (size_t)d_of[i] * (size_t)n * sizeof(float));
     int converted = e->n_owned - 1 - before;
     for (int i = 0; i < converted; i++) free(e->owned[before + i]);
     e->owned[before] = e->owned[e->n_owned - 1];
