@@ -120,6 +120,31 @@ def bench_torch(path: Path, vocab: int, threads: int, steps: int, repeat: int) -
     return out
 
 
+_MEMORY_PROBE = """
+import json, sys
+from pathlib import Path
+from colibri.model import ModelConfig, open_engine
+p = Path(sys.argv[1])
+e = open_engine(p / "model.safetensors", ModelConfig.from_hf(json.loads((p / "config.json").read_text())), 1, 2)
+e.prefill(0, [1, 2, 3])
+for _ in range(8):
+    e.decode([0], [4])
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the parent through fork and exec.
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(json.dumps({"rss_mb": int(status["VmRSS"].split()[0]) / 1024, "peak_mb": int(status["VmHWM"].split()[0]) / 1024}))
+"""
+
+
+def engine_memory_mb(path: Path) -> dict[str, float]:
+    """Resident and peak memory of a fresh process that loads the model and decodes a few
+    steps (a process of its own: this one holds several engines and torch)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(path)], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    return json.loads(out.stdout)
+
+
 def copy_bandwidth_gb_s() -> float:
     """Single-stream copy bandwidth of a 512 MiB buffer (read + write bytes per second)."""
     a = np.ones(128 * 2**20, np.float32)
@@ -143,7 +168,7 @@ def main() -> None:
     for name, path in (("embedded", EMBEDDED_MODEL), ("random-100m", big)):
         vocab = json.loads((path / "config.json").read_text())["vocab_size"]
         print(f"{name}: engine ...", file=sys.stderr)
-        results[name] = {"engine": bench_engine(path, vocab, a.threads, steps, repeat)}
+        results[name] = {"engine": bench_engine(path, vocab, a.threads, steps, repeat), "memory": engine_memory_mb(path)}
         try:
             print(f"{name}: torch ...", file=sys.stderr)
             results[name]["torch"] = bench_torch(path, vocab, a.threads, steps, repeat)
@@ -164,6 +189,10 @@ def main() -> None:
               f"{e['decode_4slot_aggregate_tok_s'] / e['decode_1slot_tok_s']:.2f}x of 1 slot |")
         print(f"| {name} | ttft cold / shared 1000-token prefix (ms) | {1e3 * e['ttft_cold_s']:.1f} / "
               f"{1e3 * e['ttft_shared_prefix_s']:.1f} | — | {100 * e['ttft_shared_prefix_s'] / e['ttft_cold_s']:.1f}% of cold |")
+    for name, r in results.items():
+        weights_mb = (EMBEDDED_MODEL if name == "embedded" else big).joinpath("model.safetensors").stat().st_size / 2**20
+        print(f"{name}: {weights_mb:.0f} MB of weights; resident {r['memory']['rss_mb']:.0f} MB after load and "
+              f"decode, peak {r['memory']['peak_mb']:.0f} MB")
     d = results["random-100m"]["engine"]["decode_1slot_tok_s"]
     print(f"\nrandom-100m decode reads {weights_gb:.2f} GB of weights per token: {d * weights_gb:.1f} GB/s achieved "
           f"= {100 * d * weights_gb / bw:.0f}% of the measured copy bandwidth")
