@@ -401,8 +401,6 @@ static void rope(float *vec, int n_heads, int head_size, const float *cos_row, c
     }
 }
 
-typedef int32_t ivec16 __attribute__((vector_size(PANEL * sizeof(int32_t))));
-
 static float hsum16(vec16 v) {
     typedef float vec8 __attribute__((vector_size(8 * sizeof(float))));
     vec8 lo, hi;
@@ -414,27 +412,40 @@ static float hsum16(vec16 v) {
     return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
 }
 
+/* Lane selections for hsum16x16 (indices 16..31 name the second vector's lanes). */
+#define LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define HI4 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define LO2 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define HI2 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
+#define BITREV 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15
+#define FOLD(x, y, LO, HI) (__builtin_shufflevector(x, y, LO) + __builtin_shufflevector(x, y, HI))
+
 /* r[t] = the sum of a[t]'s lanes, for 16 vectors at once: four rounds each fold every pair of
  * vectors into one by adding their halves (15 adds in all, against 16 separate horizontal
  * sums whose every step is a dependent shuffle). The folds leave t in bit-reversed lane order;
- * one permutation restores it. */
-static vec16 hsum16x16(vec16 *a) {
-    static const ivec16 lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-                        hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
-                        lo4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-                        hi4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
-                        lo2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-                        hi2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
-                        lo1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
-                        hi1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31},
-                        bitrev = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+ * one permutation restores it. (__builtin_shufflevector: GCC 12+ and Clang.) */
+static vec16 hsum16x16(const vec16 *a) {
     vec16 b[8], c[4], d[2];
-    for (int k = 0; k < 8; k++) b[k] = __builtin_shuffle(a[2 * k], a[2 * k + 1], lo8) + __builtin_shuffle(a[2 * k], a[2 * k + 1], hi8);
-    for (int k = 0; k < 4; k++) c[k] = __builtin_shuffle(b[2 * k], b[2 * k + 1], lo4) + __builtin_shuffle(b[2 * k], b[2 * k + 1], hi4);
-    for (int k = 0; k < 2; k++) d[k] = __builtin_shuffle(c[2 * k], c[2 * k + 1], lo2) + __builtin_shuffle(c[2 * k], c[2 * k + 1], hi2);
-    vec16 e = __builtin_shuffle(d[0], d[1], lo1) + __builtin_shuffle(d[0], d[1], hi1);
-    return __builtin_shuffle(e, bitrev);
+    for (int k = 0; k < 8; k++) b[k] = FOLD(a[2 * k], a[2 * k + 1], LO8, HI8);
+    for (int k = 0; k < 4; k++) c[k] = FOLD(b[2 * k], b[2 * k + 1], LO4, HI4);
+    for (int k = 0; k < 2; k++) d[k] = FOLD(c[2 * k], c[2 * k + 1], LO2, HI2);
+    vec16 e = FOLD(d[0], d[1], LO1, HI1);
+    return __builtin_shufflevector(e, e, BITREV);
 }
+#undef LO8
+#undef HI8
+#undef LO4
+#undef HI4
+#undef LO2
+#undef HI2
+#undef LO1
+#undef HI1
+#undef BITREV
+#undef FOLD
 
 /* Attention for a head of NV whole vectors (NV a literal at each call site, so the loops
  * over it unroll). See attend. */
