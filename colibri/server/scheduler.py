@@ -68,7 +68,7 @@ class Task:
     top_k_logprobs: int = -1  # -1: no logprobs; k >= 0: chosen token's logprob plus k alternatives
     echo: bool = False  # prompt logprobs (prefill without reuse, every position)
     slot: int | None = None  # pinned slot (cache_slot), or None for any free slot
-    prefer: int | None = None  # the slot to take when it is free (the conversation's hash slot)
+    prefer: int | None = None  # among equally good free slots, take this one (the conversation's hash slot)
     events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # the C queue: cheap per token
     stop_requested: bool = False
     cancelled: bool = False
@@ -141,6 +141,10 @@ class Scheduler:
         self.lock = threading.Condition()
         self.waiters: deque[Task] = deque()
         self.busy: set[int] = set()
+        # What each slot's KV cache holds (prompt and answer of its last request, or what a
+        # persisted slot brought back): a free slot whose history starts like a new prompt
+        # saves that prefix's prefill. Written by the engine thread at release, under the lock.
+        self.history = [np.asarray(engine.slot_tokens(s), np.intc) for s in range(n_slots)]
         self.to_prefill: deque[Task] = deque()
         self.decoding: list[Task] = []
         self.closed = False
@@ -159,9 +163,18 @@ class Scheduler:
         free = [s for s in range(self.n_slots) if s not in self.busy and s not in reserved]
         if task.slot is not None:
             return task.slot if task.slot in free else None
-        if task.prefer in free:
-            return task.prefer
-        return free[0] if free else None
+        if not free:
+            return None
+        # The free slot whose cache shares the longest prefix with the prompt; ties go to the
+        # preferred (hash) slot, then to the lowest.
+        prompt = np.asarray(task.prompt, np.intc)
+        return max(free, key=lambda s: (self._shared_prefix(prompt, s), s == task.prefer, -s))
+
+    def _shared_prefix(self, prompt: np.ndarray, slot: int) -> int:
+        held = self.history[slot]
+        n = min(len(prompt), len(held))
+        differ = np.flatnonzero(prompt[:n] != held[:n])
+        return int(differ[0]) if differ.size else n
 
     def admit(self, task: Task) -> None:
         """Block until `task` holds a slot; raises the queue's named errors."""
@@ -229,7 +242,9 @@ class Scheduler:
                 import logging
 
                 logging.getLogger("colibri.server").exception("saving slot %d failed", task.assigned)
+        held = np.asarray(self.engine.slot_tokens(task.assigned), np.intc)
         with self.lock:
+            self.history[task.assigned] = held
             self.busy.discard(task.assigned)
             getattr(self.metrics, outcome).inc()
             self.metrics.active.set(len(self.busy))
