@@ -27,9 +27,9 @@ BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 
 
 def conversation_slot(messages: list[dict[str, Any]], n_slots: int) -> int:
-    """Preferred slot for a conversation: hash of the messages up to the first user message, so
-    every turn of one conversation lands where its prefix is cached while that slot is free
-    (a preference, not a pin: see the rule ops.slot.choice)."""
+    """A conversation's own slot: hash of the messages up to the first user message. It breaks
+    ties between free slots that hold equally much of a prompt (a tie-break, not a pin: see
+    the rule ops.slot.choice)."""
     if n_slots <= 1:
         return 0
     head = []
