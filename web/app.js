@@ -62,6 +62,8 @@ async function init() {
   } catch (e) { /* refresh() reports an unreachable server */ }
   await refresh();
   setInterval(refresh, 2000);
+  const q = new URLSearchParams(location.search).get("q");  // /?q=… asks at once: a shareable question
+  if (q) await send(q);
 }
 
 async function send(text) {

@@ -189,10 +189,10 @@ class OpenAPI:
 
 
 class Home:
-    """/ goes to the dashboard."""
+    """/ goes to the dashboard (its query, such as ?q=…, goes along)."""
 
     def on_get(self, req: Any, resp: Any) -> None:
-        raise falcon.HTTPFound("/ui/index.html")
+        raise falcon.HTTPFound("/ui/index.html" + (f"?{req.query_string}" if req.query_string else ""))
 
 
 class SpecPage:
