@@ -422,19 +422,27 @@ static float hsum16(vec16 v) {
 #define LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
 #define HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 #define BITREV 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15
-#define FOLD(x, y, LO, HI) (__builtin_shufflevector(x, y, LO) + __builtin_shufflevector(x, y, HI))
+/* Two-vector lane selection: __builtin_shufflevector in Clang and GCC 12+, GCC's older
+ * __builtin_shuffle with a mask vector before that. */
+#if defined(__clang__) || (__GNUC__ >= 12 && !defined(COLIBRI_OLD_GCC_SHUFFLE))
+#define SHUFFLE(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
+#else
+typedef int32_t ivec16 __attribute__((vector_size(PANEL * sizeof(int32_t))));
+#define SHUFFLE(x, y, ...) __builtin_shuffle(x, y, (ivec16){__VA_ARGS__})
+#endif
+#define FOLD(x, y, LO, HI) (SHUFFLE(x, y, LO) + SHUFFLE(x, y, HI))
 
 /* r[t] = the sum of a[t]'s lanes, for 16 vectors at once: four rounds each fold every pair of
  * vectors into one by adding their halves (15 adds in all, against 16 separate horizontal
  * sums whose every step is a dependent shuffle). The folds leave t in bit-reversed lane order;
- * one permutation restores it. (__builtin_shufflevector: GCC 12+ and Clang.) */
+ * one permutation restores it. */
 static vec16 hsum16x16(const vec16 *a) {
     vec16 b[8], c[4], d[2];
     for (int k = 0; k < 8; k++) b[k] = FOLD(a[2 * k], a[2 * k + 1], LO8, HI8);
     for (int k = 0; k < 4; k++) c[k] = FOLD(b[2 * k], b[2 * k + 1], LO4, HI4);
     for (int k = 0; k < 2; k++) d[k] = FOLD(c[2 * k], c[2 * k + 1], LO2, HI2);
     vec16 e = FOLD(d[0], d[1], LO1, HI1);
-    return __builtin_shufflevector(e, e, BITREV);
+    return SHUFFLE(e, e, BITREV);
 }
 #undef LO8
 #undef HI8
@@ -446,6 +454,7 @@ static vec16 hsum16x16(const vec16 *a) {
 #undef HI1
 #undef BITREV
 #undef FOLD
+#undef SHUFFLE
 
 /* Attention for a head of NV whole vectors (NV a literal at each call site, so the loops
  * over it unroll). See attend. */
