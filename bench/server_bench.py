@@ -187,7 +187,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--clients", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=3, help="alternating runs per request scenario (best kept)")
+    ap.add_argument("--repeat", type=int, default=5, help="alternating runs per request scenario (best kept)")
     ap.add_argument("--rounds", type=int, default=20, help="rounds of 4 concurrent streams (embedded model)")
     ap.add_argument("--big-rounds", type=int, default=6, help="rounds of 4 concurrent streams (~86M model)")
     ap.add_argument("--json", default=None)
