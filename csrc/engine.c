@@ -338,7 +338,7 @@ static vec16 load16(const float *p) { vec16 v; memcpy(&v, p, sizeof v); return v
  * output is the same sequential sum over j whatever the batch size, so a batched decode
  * gives bit-identical results to a single-slot one. RB and CB are literals at every call
  * site, so the compiler unrolls both loops into RB*CB independent accumulators. */
-static inline __attribute__((always_inline)) void tile(float *out, int ldo, const float *x, const float *pan,
+static inline __attribute__((always_inline)) void tile(float *out, const float *x, const float *pan,
                                                      int n, int d, int col0, int RB, int CB) {
     vec16 acc[4][4] = {{{0}}};
     for (int j = 0; j < n; j++) {
@@ -352,16 +352,16 @@ static inline __attribute__((always_inline)) void tile(float *out, int ldo, cons
     for (int r = 0; r < RB; r++)
         for (int c = 0; c < CB; c++) {
             int col = col0 + c * PANEL, keep = d - col < PANEL ? d - col : PANEL;
-            memcpy(out + (size_t)r * ldo + col, &acc[r][c], sizeof(float) * (size_t)keep);
+            memcpy(out + (size_t)r * d + col, &acc[r][c], sizeof(float) * (size_t)keep);
         }
 }
 
 #define TILE_ROWS(RB)                                                                           \
     switch (cb) {                                                                               \
-    case 4: tile(o, d, xr, pan, n, d, col0, RB, 4); break;                                      \
-    case 3: tile(o, d, xr, pan, n, d, col0, RB, 3); break;                                      \
-    case 2: tile(o, d, xr, pan, n, d, col0, RB, 2); break;                                      \
-    default: tile(o, d, xr, pan, n, d, col0, RB, 1); break;                                     \
+    case 4: tile(o, xr, pan, n, d, col0, RB, 4); break;                                      \
+    case 3: tile(o, xr, pan, n, d, col0, RB, 3); break;                                      \
+    case 2: tile(o, xr, pan, n, d, col0, RB, 2); break;                                      \
+    default: tile(o, xr, pan, n, d, col0, RB, 1); break;                                     \
     }
 
 /* out (rows, d) = x (rows, n) @ W^T. Threads split the output columns in groups of four
@@ -762,15 +762,13 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
         PBIND(head, vocab_rows, 1, D, &e->w.lm_head);
     }
     for (int l = 0; l < L; l++) {
-        char n[7][160];
-        const char *suffix[7] = {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
-                                 "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+        const char *suffix[9] = {"input_layernorm.weight", "post_attention_layernorm.weight",
+                                 "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
                                  "mlp.down_proj.weight"};
-        for (int i = 0; i < 7; i++) snprintf(n[i], sizeof n[i], "model.layers.%d.%s", l, suffix[i]);
-        char g[160], u[160];
-        snprintf(g, sizeof g, "model.layers.%d.mlp.gate_proj.weight", l);
-        snprintf(u, sizeof u, "model.layers.%d.mlp.up_proj.weight", l);
-        const char *qkv[3] = {n[2], n[3], n[4]}, *o[1] = {n[5]}, *gate_up[2] = {g, u}, *down[1] = {n[6]};
+        char n[9][160];
+        for (int i = 0; i < 9; i++) snprintf(n[i], sizeof n[i], "model.layers.%d.%s", l, suffix[i]);
+        const char *qkv[3] = {n[2], n[3], n[4]}, *o[1] = {n[5]}, *gate_up[2] = {n[6], n[7]}, *down[1] = {n[8]};
         BIND(n[0], D, 0, &e->w.attn_norm[l]);
         BIND(n[1], D, 0, &e->w.ffn_norm[l]);
         PBIND(qkv, qkv_rows, 3, D, &e->w.wqkv[l]);
@@ -782,8 +780,9 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
 #undef PBIND
     free(ts);
     ts = NULL;
-    /* The projections now live in their packed copies; let the kernel drop the file's pages
-     * (the embedding and norm rows still read from the mapping fault back in as used). */
+    /* The projections' pages went as each was packed; what stays mapped is the embedding
+     * table and the norms. Drop those pages too: a row faults back in when a token uses it,
+     * so a large vocabulary keeps resident only the rows text actually meets. */
     madvise(map, size, MADV_DONTNEED);
 
     int half = e->head_size / 2;
