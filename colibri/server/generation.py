@@ -10,6 +10,7 @@ import queue
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from ..tool_parsers import parse as parse_tools
@@ -133,21 +134,12 @@ class Generation:
                 except queue.Empty:
                     break
             pending: Delta | None = None
-            i = 0
-            while i < len(events):
-                kind, payload = events[i]
+            for kind, run in groupby(events, key=lambda e: e[0]):  # a run of tokens: one text
+                payloads = [p for _, p in run]
                 if kind == "error":
                     yield from ([pending] if pending else [])
-                    raise self._as_api_error(payload)
-                if kind == "token":  # a run of tokens goes through the pipeline as one text
-                    j = i
-                    while j < len(events) and events[j][0] == "token":
-                        j += 1
-                    produced = self._tokens([rec for _, rec in events[i:j]])
-                    i = j
-                else:
-                    produced = self._finish(payload)
-                    i += 1
+                    raise self._as_api_error(payloads[0])
+                produced = self._tokens(payloads) if kind == "token" else self._finish(payloads[0])
                 for d in produced:
                     if pending is not None and pending.kind == d.kind:
                         pending = Delta(d.kind, pending.text + d.text)

@@ -81,8 +81,7 @@ class DeadlineSocket:
         else:
             self._set_timeout(0.0)
 
-    def settimeout(self, value: float | None) -> None:
-        self._set_timeout(value)
+    settimeout = _set_timeout
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
