@@ -14,7 +14,7 @@ from typing import Any
 from colibri.schemas import validator
 from colibri.spec.paths import MISSING, get
 
-from .exchange import Exchange
+from .exchange import BodyNotJson, Exchange
 
 
 class CheckFailure(Exception):
@@ -24,7 +24,12 @@ class CheckFailure(Exception):
 
 
 class NotApplicable(Exception):
-    """The check needs something this target or run cannot give (a live socket, say)."""
+    """The check needs something this target or run cannot give (a live socket, say), or the
+    model did not produce what a behaviour rule needs."""
+
+
+class Unsupported(NotApplicable):
+    """The target does not serve what the rule is about (no /metrics, say): UNSUPPORTED."""
 
 
 @dataclass
@@ -44,6 +49,12 @@ class CheckContext:
     body: dict[str, Any] | None
     target: Any
     before: dict[str, Any] = field(default_factory=dict)
+    expect: dict[str, Any] = field(default_factory=dict)  # the vector's, under the run's contract
+    strict: bool = True  # judged by this project's stricter contract, not only the official one
+
+    def __post_init__(self) -> None:
+        if not self.expect:
+            self.expect = self.vector.expect
 
     @property
     def endpoint(self) -> str:
@@ -155,9 +166,11 @@ def error_envelope(ctx: CheckContext) -> None:
     except ValueError:
         raise CheckFailure("error_envelope", f"a JSON body ({schema})", ex.body[:200]) from None
     errs = list(validator(schema).iter_errors(doc))
+    if not ctx.strict:  # extra keys break no client; only this project's contract forbids them
+        errs = [e for e in errs if e.validator != "additionalProperties"]
     if errs:
         raise CheckFailure("error_envelope", schema, f"{errs[0].message} in {ex.body[:200]!r}")
-    code = ctx.vector.expect.get("code")
+    code = ctx.expect.get("code")
     if code and code in ctx.spec.errors:
         want = ctx.spec.errors[code]
         got_type = doc["error"]["type"]
@@ -266,14 +279,23 @@ def arguments_json_string(ctx: CheckContext) -> None:
             raise CheckFailure("arguments_json_string", "a JSON object encoded as a string", raw)
 
 
+def _logprobs(ctx: CheckContext, inner: str) -> tuple[dict[str, Any], Any]:
+    """The first choice and its logprobs' `inner` list; a FAIL when the server left them out."""
+    choices = ctx.exchange.json().get("choices") or [{}]
+    lp = choices[0].get("logprobs")
+    if not isinstance(lp, dict) or not isinstance(lp.get(inner), list):
+        raise CheckFailure("logprobs", f"choices[0].logprobs.{inner}, a list (logprobs were requested)", lp)
+    return choices[0], lp
+
+
 def logprob_join(ctx: CheckContext) -> None:
-    doc = ctx.exchange.json()
-    ch = doc["choices"][0]
     if ctx.endpoint == "completions":
-        joined, text = "".join(ch["logprobs"]["tokens"]), ch["text"]
+        ch, lp = _logprobs(ctx, "tokens")
+        joined, text = "".join(lp["tokens"]), ch.get("text")
     else:
-        joined, text = "".join(e["token"] for e in ch["logprobs"]["content"]), ch["message"]["content"] or ""
-        b = bytes(x for e in ch["logprobs"]["content"] for x in e["bytes"])
+        ch, lp = _logprobs(ctx, "content")
+        joined, text = "".join(e.get("token", "") for e in lp["content"]), (ch.get("message") or {}).get("content") or ""
+        b = bytes(x for e in lp["content"] for x in (e.get("bytes") or []))
         if b != text.encode():
             raise CheckFailure("logprob_join", "bytes joined = UTF-8 of the content", b)
     if joined != text:
@@ -281,7 +303,7 @@ def logprob_join(ctx: CheckContext) -> None:
 
 
 def text_offset_chars(ctx: CheckContext) -> None:
-    lp = ctx.exchange.json()["choices"][0]["logprobs"]
+    _, lp = _logprobs(ctx, "tokens")
     pos, want = 0, []
     for t in lp["tokens"]:
         want.append(pos)
@@ -425,7 +447,11 @@ def repeatable(ctx: CheckContext) -> None:
 
 
 def scheduler_accounting(ctx: CheckContext) -> None:
-    s = ctx.exchange.json().get("scheduler")
+    try:
+        doc = ctx.exchange.json()
+    except ValueError:
+        raise Unsupported("the target's /health answers no JSON snapshot") from None
+    s = doc.get("scheduler") if isinstance(doc, dict) else None
     if s is None:
         raise NotApplicable("the health snapshot is not shown to this caller")
     if s["active"] != 0 or s["admitted"] != s["completed"] + s["failed"] + s["cancelled"]:
@@ -443,14 +469,22 @@ METRIC_FAMILIES = {
 BUCKET_LABELS = ["0.001", "0.01", "0.05", "0.1", "0.5", "1.0", "5.0", "10.0", "30.0", "60.0", "300.0", "+Inf"]
 
 
-def _metrics(text: str) -> dict[str, Any]:
+def _metrics(ex: Exchange) -> dict[str, Any]:
+    """The colibri_scheduler_* families of a /metrics answer; Unsupported when the target
+    serves no Prometheus text there (llama-server answers 501 unless started with --metrics)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    return {f.name: f for f in text_string_to_metric_families(text) if f.name.startswith("colibri_scheduler_")}
+    if ex.status != 200:
+        raise Unsupported(f"the target's /metrics answers {ex.status}")
+    try:
+        return {f.name: f for f in text_string_to_metric_families(ex.body.decode("utf-8"))
+                if f.name.startswith("colibri_scheduler_")}
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Unsupported(f"the target's /metrics is no Prometheus text ({e})") from None
 
 
 def metrics_series(ctx: CheckContext) -> None:
-    fams = _metrics(ctx.exchange.body.decode())
+    fams = _metrics(ctx.exchange)
     got = {n: f.type for n, f in fams.items()}
     if got != METRIC_FAMILIES:
         raise CheckFailure("metrics_series", METRIC_FAMILIES, got)
@@ -469,11 +503,16 @@ def metrics_series(ctx: CheckContext) -> None:
 
 def counters(target: Any) -> dict[str, float]:
     ex = target.send("GET", "/metrics", None, {})
-    return {s.name: s.value for f in _metrics(ex.body.decode()).values() for s in f.samples
-            if s.name.endswith("_total")}
+    try:
+        fams = _metrics(ex)
+    except Unsupported:
+        return {}
+    return {s.name: s.value for f in fams.values() for s in f.samples if s.name.endswith("_total")}
 
 
 def metrics_unchanged(ctx: CheckContext) -> None:
+    if not ctx.before.get("counters"):
+        raise Unsupported("the target serves no colibri_scheduler_* counters to compare")
     after = counters(ctx.target)
     if after != ctx.before.get("counters"):
         raise CheckFailure("metrics_unchanged", ctx.before.get("counters"), after)
@@ -496,6 +535,114 @@ def tool_names_declared(ctx: CheckContext) -> None:
         raise NotApplicable(f"the model called {name!r}, which is no declared tool")
 
 
+def _model(ctx: CheckContext) -> str:
+    return getattr(ctx.target, "model", None) or "colibri-tiny"
+
+
+def model_listed(ctx: CheckContext) -> None:
+    data = ctx.exchange.json().get("data")
+    ids = [m.get("id") for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    if _model(ctx) not in ids:
+        raise CheckFailure("model_listed", f"{_model(ctx)!r} among the listed ids", ids[:20])
+
+
+LENGTH_REASONS = ("length", "max_tokens")
+STOP_REASONS = ("stop", "end_turn", "stop_sequence", "tool_calls", "tool_use")
+
+
+def _budget_and_count(ctx: CheckContext) -> tuple[int, int | None, str | None]:
+    """The request's token budget, the completion tokens the usage reports (None when the
+    response carries no usage) and the finish reason."""
+    body = ctx.body or {}
+    budget = body.get("max_completion_tokens") or body.get("max_tokens")
+    ex = ctx.exchange
+    count = None
+    if ex.is_sse:
+        for d in _data_events(ex):
+            u = d.get("usage") or (d.get("message") or {}).get("usage") if isinstance(d, dict) else None
+            if isinstance(u, dict):
+                count = u.get("completion_tokens", u.get("output_tokens", count))
+    else:
+        u = ex.json().get("usage") or {}
+        count = u.get("completion_tokens", u.get("output_tokens"))
+    return int(budget), count, answer(ex, ctx.endpoint).finish
+
+
+def finish_matches_usage(ctx: CheckContext) -> None:
+    """The finish reason agrees with the tokens used: `length` exactly when the budget was
+    spent, a stop reason when the answer ended before it; never more tokens than the budget."""
+    budget, count, finish = _budget_and_count(ctx)
+    if count is None:
+        if finish is None:
+            raise CheckFailure("finish_matches_usage", "a finish reason", None)
+        return
+    if count > budget:
+        raise CheckFailure("finish_matches_usage", f"at most {budget} completion tokens", count)
+    if finish in LENGTH_REASONS and count != budget:
+        raise CheckFailure("finish_matches_usage", f"{finish!r} only when all {budget} tokens were used", count)
+    if count < budget and finish not in STOP_REASONS:
+        raise CheckFailure("finish_matches_usage", f"a stop reason for an answer of {count} < {budget} tokens", finish)
+
+
+def budget_respected(ctx: CheckContext) -> None:
+    """Like finish_matches_usage, for vectors whose prompt should run past the budget: when the
+    model ended first, the ceiling was not exercised and the result says so."""
+    finish_matches_usage(ctx)
+    budget, count, finish = _budget_and_count(ctx)
+    if count is not None and count < budget:
+        raise NotApplicable(f"the model ended after {count} of {budget} tokens; the ceiling was not reached")
+
+
+def stop_truncates(ctx: CheckContext) -> None:
+    """With a stop sequence the answer is the same request's answer without it, cut just before
+    the first occurrence (temperature 0). When the answer without it never contains a stop
+    sequence, the model did not exercise the rule."""
+    stops = _stops(ctx.body)
+    assert ctx.body is not None
+    probe = {k: v for k, v in ctx.body.items() if k not in ("stop", "stop_sequences", "stream", "stream_options")}
+    free = ctx.resend(probe)
+    if free.status != 200:
+        raise CheckFailure("stop_truncates", "200 for the same request without stop", free.status)
+    text = answer(free, ctx.endpoint).content
+    hits = [(text.find(s), s) for s in stops if s and s in text]
+    if not hits:
+        raise NotApplicable(f"without a stop sequence the model wrote {text[:80]!r}, which contains none of {stops}")
+    at, matched = min(hits)
+    got = answer(ctx.exchange, ctx.endpoint)
+    if got.content != text[:at]:
+        raise CheckFailure("stop_truncates", text[:at], got.content)
+    if ctx.endpoint == "messages":
+        doc = ctx.exchange.json() if not ctx.exchange.is_sse else {}
+        if got.finish != "stop_sequence" or (doc and doc.get("stop_sequence") != matched):
+            raise CheckFailure("stop_truncates", f"stop_reason stop_sequence, stop_sequence {matched!r}",
+                               (got.finish, doc.get("stop_sequence")))
+    elif got.finish != "stop":
+        raise CheckFailure("stop_truncates", "finish_reason stop", got.finish)
+
+
+def tool_call_made(ctx: CheckContext) -> None:
+    """Precondition of the tool-call rules: the model called a tool (else INCONCLUSIVE)."""
+    if not answer(ctx.exchange, ctx.endpoint).tool_calls:
+        raise NotApplicable("the model made no tool call")
+
+
+def reasoning_made(ctx: CheckContext) -> None:
+    """Precondition of the reasoning-output rules: the answer carries reasoning (else INCONCLUSIVE)."""
+    if not answer(ctx.exchange, ctx.endpoint).reasoning.strip():
+        raise NotApplicable("the answer carries no reasoning (the model or server did not reason)")
+
+
+def stream_one_id(ctx: CheckContext) -> None:
+    ids = {d.get("id") for d in _data_events(ctx.exchange) if isinstance(d, dict)}
+    if len(ids) != 1 or None in ids:
+        raise CheckFailure("stream_one_id", "one id on every chunk", sorted(map(str, ids))[:5])
+
+
+#: Checks evaluate runs before the JSON expectations: the model must have done what the rest
+#: of the vector is about.
+PRECONDITIONS = ("tool_call_made", "reasoning_made")
+
+
 #: Checks that need a live server process (sockets, restarts), run by the live-server tests.
 LIVE_ONLY = frozenset({"bound_to_loopback", "disconnect_cancels", "slow_client_dropped",
                        "prefix_reused_after_restart", "tool_parser_vectors"})
@@ -513,7 +660,8 @@ CHECKS: dict[str, Callable[[CheckContext], None]] = {f.__name__: f for f in (
     stream_equals_unary, anthropic_event_order, reasoning_not_in_content, request_id_header,
     prompt_has_required_instruction, prompt_forced_tool_applied, reasoning_present, reasoning_absent,
     continuation_not_repeated, prompt_ends_with_generation_cue, no_replacement_char, keepalive_seen, repeatable,
-    scheduler_accounting, metrics_series, metrics_unchanged, tool_names_declared)}
+    scheduler_accounting, metrics_series, metrics_unchanged, tool_names_declared, model_listed,
+    finish_matches_usage, budget_respected, stop_truncates, tool_call_made, reasoning_made, stream_one_id)}
 for _name in LIVE_ONLY:
     CHECKS[_name] = _live_only(_name)
 
@@ -521,7 +669,7 @@ for _name in LIVE_ONLY:
 def evaluate(ctx: CheckContext) -> None:
     """Raise CheckFailure on the first unmet expectation of the vector; NotApplicable when a
     named check cannot run here."""
-    ex, e = ctx.exchange, ctx.vector.expect
+    ex, e = ctx.exchange, ctx.expect
     if ex.status != e["status"]:
         raise CheckFailure("status", e["status"], f"{ex.status} {ex.body[:300]!r}")
     if ex.status >= 400 and ("code" in e or "param" in e or "type" in e):
@@ -536,6 +684,9 @@ def evaluate(ctx: CheckContext) -> None:
             for k in ("code", "param"):
                 if k in e and err.get(k) != e[k]:
                     raise CheckFailure(f"error {k}", e[k], err.get(k))
+    for name in e.get("checks", []):
+        if name in PRECONDITIONS:
+            CHECKS[name](ctx)
     if e.get("json") or e.get("absent"):
         doc = ex.json()
         for path, want in (e.get("json") or {}).items():
@@ -553,4 +704,62 @@ def evaluate(ctx: CheckContext) -> None:
         if ex.header(name) is not None:
             raise CheckFailure(f"header {name}", "absent", ex.header(name))
     for name in e.get("checks", []):
-        CHECKS[name](ctx)
+        if name not in PRECONDITIONS:
+            CHECKS[name](ctx)
+
+
+#: The always-on invariants: check name -> (endpoint -> the rule that states it).
+INVARIANT_OWNERS: dict[str, dict[str, str]] = {
+    "error_envelope": {"chat": "err.envelope.openai", "completions": "err.envelope.openai",
+                       "models": "err.envelope.openai", "model": "err.envelope.openai",
+                       "messages": "err.envelope.anthropic"},
+    "response_schema": {"chat": "chat.response.shape", "completions": "cmpl.response.shape",
+                        "messages": "msgs.response.shape", "models": "models.list"},
+    "sse_framing": {"chat": "stream.sse.framing", "completions": "stream.sse.framing"},
+    "stream_one_id": {"chat": "stream.chunk.same-id", "completions": "stream.chunk.same-id"},
+    "anthropic_event_order": {"messages": "msgs.stream.event_order"},
+    "usage_arithmetic": {"chat": "gen.usage.counts", "completions": "gen.usage.counts"},
+}
+
+
+def invariants(ctx: CheckContext) -> list[tuple[str, CheckFailure]]:
+    """Run the invariants of spec/checks.yaml that apply to this response, whatever the vector
+    is about; each failure is returned with the rule that states the invariant (not the
+    vector's own rule, whose verdict stays its own)."""
+    ex, ep = ctx.exchange, ctx.spec.endpoints[ctx.endpoint]
+    path_ok = ex.path == ep.path or (ctx.endpoint == "model" and ex.path.startswith("/v1/models/"))
+    if not path_ok or ex.method != ep.method or ex.status == 0:
+        return []
+    names: list[str] = []
+    if 400 <= ex.status < 600:
+        names.append("error_envelope")
+    elif ex.status == 200 and ex.is_sse:
+        names += ["sse_framing", "response_schema"]
+        names += ["anthropic_event_order"] if ctx.endpoint == "messages" else ["stream_one_id"]
+    elif ex.status == 200:
+        names.append("response_schema")
+        if ctx.endpoint in ("chat", "completions") and isinstance(_safe_json(ex), dict) and _safe_json(ex).get("usage"):
+            names.append("usage_arithmetic")
+    bare = CheckContext(ctx.spec, ctx.vector, ex, ctx.body, ctx.target, expect={"status": ex.status},
+                        strict=ctx.strict)
+    out = []
+    for name in names:
+        owner = INVARIANT_OWNERS[name].get(ctx.endpoint)
+        if owner is None or owner == ctx.vector.rule_id or owner not in ctx.spec.by_id:
+            continue
+        try:
+            CHECKS[name](bare)
+        except CheckFailure as f:
+            out.append((owner, f))
+        except BodyNotJson as e:
+            out.append((owner, CheckFailure(name, "a JSON body", str(e))))
+        except (NotApplicable, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            continue
+    return out
+
+
+def _safe_json(ex: Exchange) -> Any:
+    try:
+        return ex.json()
+    except ValueError:
+        return None

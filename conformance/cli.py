@@ -22,6 +22,9 @@ import yaml
 
 from .suite import PROFILES_ALL as PROFILES
 
+#: What a run against a URL checks by default: the two official APIs' contracts.
+REMOTE_DEFAULT = ("openai", "anthropic")
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
 
 
@@ -33,7 +36,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model id to put in requests (default: the target's first listed model)")
     p.add_argument("--header", action="append", default=[], metavar="'K: V'", help="extra request header (repeatable)")
     p.add_argument("--profile", action="append", choices=PROFILES,
-                   help="rule profile to run (repeatable; default openai for a URL, every profile in-process)")
+                   help="rule profile to run (repeatable; default openai and anthropic for a URL, every profile "
+                        "in-process). With 'strict' selected, vectors are judged by this project's stricter "
+                        "contract (error codes and params too); without it, by the official APIs' contracts")
     p.add_argument("--strict", action="store_true", help="also run SHOULD rules (a miss is NON-STRICT)")
     p.add_argument("--rule", action="append", default=[], metavar="PREFIX", help="only rules whose id starts with PREFIX")
     p.add_argument("--list", action="store_true", help="dry run: list what would run, and why each other rule is skipped")
@@ -47,6 +52,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--fuzz", type=int, default=None, metavar="N",
                    help="generated requests per operation for the schemathesis and property phases "
                         "(default 20 in-process, 0 against a URL; 0 turns them off)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds one request may take (default 120)")
     p.add_argument("--family", default="glm", help="in-process only: the reference server's family row")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return p
@@ -66,10 +72,29 @@ def _headers(args: argparse.Namespace) -> dict[str, str]:
     return out
 
 
-def _with_model(spec: Any, model: str) -> None:
-    for ep in spec.endpoints.values():
-        if ep.minimal_request and "model" in ep.minimal_request:
-            ep.minimal_request["model"] = model
+def remote_target(base_url: str, headers: dict[str, str], model: str | None, timeout: float = 120.0) -> Any:
+    """An HttpTarget whose model is `model`, else the first id the target lists. Raises
+    SystemExit with the exit code and a message a user can act on."""
+    from .exchange import HttpTarget, TransportError
+
+    target = HttpTarget(base_url, headers, timeout=timeout)
+    if model is None:
+        try:
+            ex = target.send("GET", "/v1/models")
+        except TransportError as e:
+            print(f"colibri-conform: target unreachable: {e}", file=sys.stderr)
+            raise SystemExit(EXIT_EMPTY) from None
+        try:
+            data = ex.json().get("data") if ex.status == 200 else None
+            model = data[0]["id"] if data else None
+        except (ValueError, AttributeError, KeyError, TypeError, IndexError):
+            model = None
+        if not model:
+            print(f"colibri-conform: the target lists no model (GET /v1/models answered {ex.status}); "
+                  "name one with --model", file=sys.stderr)
+            raise SystemExit(EXIT_USAGE)
+    target.model = model
+    return target
 
 
 def cmd_run(argv: list[str]) -> int:
@@ -81,7 +106,7 @@ def cmd_run(argv: list[str]) -> int:
     args = _run_parser().parse_args(argv)
     spec = load_spec()
     remote = bool(args.base_url)
-    sel = Selection(profiles=args.profile or (["openai"] if remote else list(PROFILES)), strict=args.strict,
+    sel = Selection(profiles=args.profile or (list(REMOTE_DEFAULT) if remote else list(PROFILES)), strict=args.strict,
                     prefixes=args.rule, remote=remote)
     chosen = [r for r in spec.rules if skip_reason(r, sel) is None]
     if args.list:
@@ -108,26 +133,15 @@ def cmd_run(argv: list[str]) -> int:
     headers = _headers(args)
     release = None
     if remote:
-        from .exchange import HttpTarget
-
-        target = HttpTarget(args.base_url, headers)
         try:
-            models = target.send("GET", "/v1/models")
-        except OSError as e:
-            print(f"colibri-conform: target unreachable: {e}", file=sys.stderr)
-            return EXIT_EMPTY
-        model = args.model
-        if model is None and models.status == 200:
-            data = models.json().get("data") or []
-            model = data[0]["id"] if data else None
-        if model is None:
-            print("colibri-conform: pass --model (the target lists no model)", file=sys.stderr)
-            return EXIT_USAGE
-        _with_model(spec, model)
+            target = remote_target(args.base_url, headers, args.model, args.timeout)
+        except SystemExit as e:
+            return int(e.code or EXIT_USAGE)
 
         def target_for(vector: Any) -> Any:
             return target
         label = args.base_url
+        probe_target = target
     else:
         from .inprocess import ServerPool
 
@@ -139,30 +153,40 @@ def cmd_run(argv: list[str]) -> int:
         def release(vector: Any) -> None:
             pool.release(vector.server)
         label = f"in-process reference server (family {args.family})"
+        probe_target = pool.target({})
 
     def progress(rr: Any, done: int, total: int) -> None:
         if not args.quiet:
             print(f"[{done:3}/{total}] {rr.outcome:12} {rr.rule.id}", file=sys.stderr, flush=True)
 
+    from .discovery import Capabilities
+
     started = now_iso()
+    caps = Capabilities.discover(spec, probe_target)
+    if not args.quiet:
+        print(f"target {label}, model {probe_target.model}: {caps.summary()}", file=sys.stderr)
     results, duration = run_suite(spec, sel, target_for, concurrency=args.concurrency, budget=args.budget,
-                                  release=release, progress=progress)
+                                  release=release, progress=progress, gate=caps.gate)
     fuzz = args.fuzz if args.fuzz is not None else (0 if remote else 20)
+    harness_errors: list[str] = []
     if fuzz > 0:
         from .fuzz import property_phase, schemathesis_phase
         from .suite import fold_findings
 
         if not args.quiet:
             print(f"fuzzing: schemathesis and property phases, {fuzz} examples per operation", file=sys.stderr)
-        if remote:
-            findings = schemathesis_phase(args.base_url, fuzz, headers=headers) + property_phase(spec, target, fuzz)
-        else:
-            from colibri.spec.vectors import DEFAULT_SETTINGS
+        try:
+            if remote:
+                findings = schemathesis_phase(args.base_url, fuzz, headers=headers) + property_phase(spec, target, fuzz)
+            else:
+                from colibri.spec.vectors import DEFAULT_SETTINGS
 
-            t0 = pool.target({})
-            findings = schemathesis_phase(t0.client.app, fuzz) + property_phase(
-                spec, t0, fuzz, family=args.family, settings_=dict(DEFAULT_SETTINGS, family=args.family))
-        fold_findings(results, findings)
+                findings = schemathesis_phase(probe_target.client.app, fuzz) + property_phase(
+                    spec, probe_target, fuzz, family=args.family, settings_=dict(DEFAULT_SETTINGS, family=args.family))
+            fold_findings(results, findings)
+        except Exception as e:  # noqa: BLE001 - the fixed vectors' verdicts still stand and are reported
+            harness_errors.append(f"fuzz phase stopped: {type(e).__name__}: {e}")
+            print(f"colibri-conform: {harness_errors[-1]}", file=sys.stderr)
     fixed = []
     for rr in results:
         if rr.rule.id in expectations:
@@ -171,18 +195,26 @@ def cmd_run(argv: list[str]) -> int:
             else:
                 rr.outcome, rr.reason = "SKIPPED", f"known deviation: {expectations[rr.rule.id]}"
     key = args.api_key or os.environ.get("COLI_CONFORM_API_KEY")
-    doc = to_json(results, {"target": label, "started": started, "duration_seconds": duration,
-                            "selection": {"profiles": sel.profiles, "strict": sel.strict, "rules": sel.prefixes}},
+    doc = to_json(results, {"target": label, "model": probe_target.model, "started": started,
+                            "duration_seconds": duration,
+                            "contract": "strict" if sel.strict_contract else "official",
+                            "selection": {"profiles": sel.profiles, "strict": sel.strict, "rules": sel.prefixes},
+                            "discovery": caps.to_dict(key)},
                   redact=key)
     doc["expectations_now_passing"] = fixed
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(doc, indent=2, ensure_ascii=False))
-    if args.junit:
-        write_junit(results, Path(args.junit))
-    if args.markdown:
-        Path(args.markdown).write_text(markdown(doc))
-    if args.html:
-        write_html(doc, Path(args.html))
+    if harness_errors:
+        doc["harness_errors"] = harness_errors
+    writers = [(args.json_out, lambda p: Path(p).write_text(json.dumps(doc, indent=2, ensure_ascii=False))),
+               (args.junit, lambda p: write_junit(results, Path(p))),
+               (args.markdown, lambda p: Path(p).write_text(markdown(doc))),
+               (args.html, lambda p: write_html(doc, Path(p)))]
+    for dest, write in writers:
+        if dest:
+            try:
+                write(dest)
+            except OSError as e:
+                print(f"colibri-conform: cannot write {dest}: {e}", file=sys.stderr)
+                return EXIT_USAGE
     s = doc["summary"]
     print(" ".join(f"{k}={v}" for k, v in s.items()) + f"  ({duration:.1f} s)")
     for rid in fixed:
@@ -236,7 +268,6 @@ def cmd_diff(argv: list[str]) -> int:
 def cmd_replay(argv: list[str]) -> int:
     from colibri.spec import load_spec
 
-    from .exchange import HttpTarget
     from .runner import run_vector
 
     p = argparse.ArgumentParser(prog="colibri-conform replay", description="re-run one case: RULE_ID[VECTOR]")
@@ -245,6 +276,7 @@ def cmd_replay(argv: list[str]) -> int:
     p.add_argument("--header", action="append", default=[])
     p.add_argument("--api-key")
     p.add_argument("--model")
+    p.add_argument("--strict-contract", action="store_true", help="judge by this project's stricter contract")
     a = p.parse_args(argv)
     spec = load_spec()
     rid, _, rest = a.case.partition("[")
@@ -254,9 +286,8 @@ def cmd_replay(argv: list[str]) -> int:
     if vector is None:
         print(f"colibri-conform replay: no case {a.case!r}", file=sys.stderr)
         return EXIT_USAGE
-    if a.model:
-        _with_model(spec, a.model)
-    res = run_vector(spec, rule, vector, HttpTarget(a.base_url, _headers(a)))
+    target = remote_target(a.base_url, _headers(a), a.model)
+    res = run_vector(spec, rule, vector, target, a.strict_contract)
     print(json.dumps({"outcome": res.outcome, "failure": str(res.failure) if res.failure else None,
                       "evidence": res.exchange.to_dict(a.api_key) if res.exchange else None}, indent=2,
                      ensure_ascii=False))

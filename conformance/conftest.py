@@ -22,11 +22,13 @@ def pytest_generate_tests(metafunc: Any) -> None:
         return
     from colibri.spec import load_spec
 
+    from .cli import REMOTE_DEFAULT
     from .suite import PROFILES_ALL, Selection, skip_reason
 
     cfg = metafunc.config
     remote = bool(cfg.getoption("--base-url"))
-    sel = Selection(profiles=cfg.getoption("--conform-profile") or (["openai"] if remote else list(PROFILES_ALL)),
+    sel = Selection(profiles=cfg.getoption("--conform-profile") or (
+        list(REMOTE_DEFAULT) if remote else list(PROFILES_ALL)),
                     strict=cfg.getoption("--conform-strict"), remote=remote)
     spec = load_spec()
     rules = [r for r in spec.rules if skip_reason(r, sel) is None]
@@ -37,20 +39,19 @@ def pytest_generate_tests(metafunc: Any) -> None:
 def conform_env(request: Any) -> Any:
     from colibri.spec import load_spec
 
-    from .cli import _with_model
-    from .exchange import HttpTarget
+    from .cli import REMOTE_DEFAULT, remote_target
     from .suite import PROFILES_ALL, Selection
 
     cfg = request.config
     spec = load_spec()
     url = cfg.getoption("--base-url")
-    sel = Selection(profiles=cfg.getoption("--conform-profile") or (["openai"] if url else list(PROFILES_ALL)),
+    sel = Selection(profiles=cfg.getoption("--conform-profile") or (
+        list(REMOTE_DEFAULT) if url else list(PROFILES_ALL)),
                     strict=cfg.getoption("--conform-strict"), remote=bool(url))
     if url:
         key = cfg.getoption("--api-key")
-        target = HttpTarget(url, {"Authorization": f"Bearer {key}", "x-api-key": key} if key else {})
-        if cfg.getoption("--model"):
-            _with_model(spec, cfg.getoption("--model"))
+        target = remote_target(url, {"Authorization": f"Bearer {key}", "x-api-key": key} if key else {},
+                               cfg.getoption("--model"))
         yield spec, sel, (lambda v: target), None
         return
     from .inprocess import ServerPool

@@ -1,24 +1,30 @@
-"""One HTTP exchange as evidence: the request sent, the status, headers and raw body, with the
-body parsed as JSON or as server-sent events. Targets are in-process (a WSGI app through
-falcon's test client) or remote (a base URL through the standard library)."""
+"""One HTTP exchange as evidence: the request sent, the status, headers and raw body (with the
+arrival time of every chunk), parsed as JSON or as server-sent events. Targets are in-process
+(a WSGI app through falcon's test client) or remote (a base URL through httpx)."""
 from __future__ import annotations
 
 import json
+import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+
+#: One SSE event ends at a blank line; the three line endings of the WHATWG rules.
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r|\r\n\n|\n\r\n")
 
 
 @dataclass
 class SseEvent:
     event: str | None
     data: str
-    at: float = 0.0  # seconds since the request was sent
+    at: float = 0.0  # seconds from sending the request until the bytes ending this event arrived
 
     def json(self) -> Any:
         return json.loads(self.data)
+
+
+class BodyNotJson(ValueError):
+    """The body a check needs as JSON is not JSON (the server's fault, not the harness's)."""
 
 
 @dataclass
@@ -31,6 +37,10 @@ class Exchange:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     elapsed: float = 0.0
+    first_byte: float | None = None  # seconds until the response head arrived
+    #: (seconds since sending, body length so far) after each chunk read; empty in-process
+    arrivals: list[tuple[float, int]] = field(default_factory=list)
+    transport_error: str | None = None  # set when the exchange broke off
 
     def header(self, name: str) -> str | None:
         for k, v in self.headers.items():
@@ -43,19 +53,29 @@ class Exchange:
         return (self.header("content-type") or "").startswith("text/event-stream")
 
     def json(self) -> Any:
-        return json.loads(self.body.decode("utf-8"))
+        try:
+            return json.loads(self.body.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BodyNotJson(f"{e}; body starts {self.body[:120]!r}") from None
+
+    def _arrival(self, offset: int) -> float:
+        for t, n in self.arrivals:
+            if n >= offset:
+                return t
+        return self.elapsed
 
     def events(self) -> list[SseEvent]:
-        """SSE parsing per the WHATWG rules we rely on: events separated by a blank line, `data:`
-        lines joined, `event:` names kept, comment lines (starting with ':') dropped."""
+        """The complete SSE events of the body (WHATWG rules: events end at a blank line, `data:`
+        lines joined with newlines, `event:` kept, comment lines dropped). Bytes after the last
+        blank line are an unfinished event and, as in a browser, not dispatched."""
         out: list[SseEvent] = []
-        text = self.body.decode("utf-8", "replace").replace("\r\n", "\n")
-        for block in text.split("\n\n"):
-            if not block.strip():
-                continue
+        start = 0
+        for m in _EVENT_END.finditer(self.body):
+            block = self.body[start:m.start()].decode("utf-8", "replace")
+            start = m.end()
             name, data, comment_only = None, [], True
-            for line in block.split("\n"):
-                if line.startswith(":"):
+            for line in re.split(r"\r\n|\r|\n", block):
+                if line.startswith(":") or not line:
                     continue
                 comment_only = False
                 key, _, value = line.partition(":")
@@ -65,62 +85,104 @@ class Exchange:
                 elif key == "data":
                     data.append(value)
             if not comment_only:
-                out.append(SseEvent(name, "\n".join(data)))
+                out.append(SseEvent(name, "\n".join(data), self._arrival(m.end())))
         return out
 
     def comments(self) -> list[str]:
         text = self.body.decode("utf-8", "replace")
-        return [line for line in text.split("\n") if line.startswith(":")]
+        return [line for line in text.splitlines() if line.startswith(":")]
 
     def to_dict(self, redact: str | None = None) -> dict[str, Any]:
         def red(s: str) -> str:
             return s.replace(redact, "***") if redact else s
 
+        resp: dict[str, Any] = {"status": self.status, "headers": {k: red(v) for k, v in self.headers.items()},
+                                "body": red(self.body.decode("utf-8", "replace"))[:50000], "elapsed": self.elapsed}
+        if self.transport_error:
+            resp["transport_error"] = self.transport_error
         return {"request": {"method": self.method, "path": self.path,
                             "headers": {k: red(v) for k, v in self.request_headers.items()},
                             "body": red((self.request_body or b"").decode("utf-8", "replace"))[:20000]},
-                "response": {"status": self.status, "headers": {k: red(v) for k, v in self.headers.items()},
-                             "body": red(self.body.decode("utf-8", "replace"))[:50000], "elapsed": self.elapsed}}
+                "response": resp}
+
+
+class TransportError(Exception):
+    """The exchange broke off (refused, reset, timed out): what arrived is kept as evidence."""
+
+    def __init__(self, message: str, exchange: Exchange):
+        super().__init__(message)
+        self.exchange = exchange
+
+
+def _with_content_type(hdrs: dict[str, str], body: bytes | None) -> dict[str, str]:
+    if body is not None and not any(k.lower() == "content-type" for k in hdrs):
+        return hdrs | {"Content-Type": "application/json"}
+    return hdrs
 
 
 class InProcessTarget:
     """A WSGI app driven through falcon.testing (no sockets)."""
 
-    def __init__(self, app: Any, default_headers: dict[str, str] | None = None):
+    remote = False
+
+    def __init__(self, app: Any, default_headers: dict[str, str] | None = None, model: str = "colibri-tiny"):
         from falcon import testing
 
         self.client = testing.TestClient(app)
         self.default_headers = {"Host": "localhost"} | (default_headers or {})
+        self.model = model
 
     def send(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> Exchange:
-        hdrs = self.default_headers | (headers or {})
-        if body is not None and not any(k.lower() == "content-type" for k in hdrs):
-            hdrs = hdrs | {"Content-Type": "application/json"}
+        hdrs = _with_content_type(self.default_headers | (headers or {}), body)
         t = time.perf_counter()
         r = self.client.simulate_request(method, path, body=body, headers=hdrs)
-        ex = Exchange(method, path, hdrs, body, r.status_code, dict(r.headers), r.content, time.perf_counter() - t)
-        return ex
+        return Exchange(method, path, hdrs, body, r.status_code, dict(r.headers), r.content, time.perf_counter() - t)
 
 
 class HttpTarget:
-    """A remote server: base URL like http://127.0.0.1:8000 (the /v1 prefix belongs to paths)."""
+    """A remote server: base URL like http://127.0.0.1:8000 (the /v1 prefix belongs to paths).
 
-    def __init__(self, base_url: str, default_headers: dict[str, str] | None = None, timeout: float = 120.0):
-        self.base = base_url.rstrip("/")
-        if self.base.endswith("/v1"):
-            self.base = self.base[:-3]
+    One httpx client with connection reuse; redirects are not followed (a redirect is what
+    some rules assert); every response is read as a stream so that each chunk's arrival time
+    is known (keepalive and time-to-first-byte rules run remotely too)."""
+
+    remote = True
+
+    def __init__(self, base_url: str, default_headers: dict[str, str] | None = None, timeout: float = 120.0,
+                 model: str | None = None):
+        import httpx
+
+        self.base = base_url.rstrip("/").removesuffix("/v1")
         self.default_headers = default_headers or {}
         self.timeout = timeout
+        self.model = model
+        self.client = httpx.Client(follow_redirects=False, timeout=httpx.Timeout(timeout, connect=10.0),
+                                   limits=httpx.Limits(max_connections=32, max_keepalive_connections=16))
 
-    def send(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> Exchange:
-        hdrs = self.default_headers | (headers or {})
-        if body is not None and not any(k.lower() == "content-type" for k in hdrs):
-            hdrs = hdrs | {"Content-Type": "application/json"}
-        req = urllib.request.Request(self.base + path, data=body, method=method, headers=hdrs)
-        t = time.perf_counter()
+    def send(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
+             timeout: float | None = None) -> Exchange:
+        import httpx
+
+        hdrs = _with_content_type(self.default_headers | (headers or {}), body)
+        ex = Exchange(method, path, hdrs, body)
+        buf = bytearray()
+        t0 = time.perf_counter()
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:  # noqa: S310 - the user's target
-                status, rh, data = r.status, dict(r.headers), r.read()
-        except urllib.error.HTTPError as e:
-            status, rh, data = e.code, dict(e.headers), e.read()
-        return Exchange(method, path, hdrs, body, status, rh, data, time.perf_counter() - t)
+            # httpcore reads the response even when the server stopped reading the body and
+            # closed (an early 413): the status arrives instead of a broken pipe.
+            with self.client.stream(method, self.base + path, content=body, headers=hdrs,
+                                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT) as r:
+                ex.first_byte = time.perf_counter() - t0
+                ex.status, ex.headers = r.status_code, dict(r.headers)
+                for chunk in r.iter_bytes():
+                    buf += chunk
+                    ex.arrivals.append((time.perf_counter() - t0, len(buf)))
+        except (httpx.HTTPError, OSError) as e:
+            ex.body, ex.elapsed = bytes(buf), time.perf_counter() - t0
+            ex.transport_error = f"{type(e).__name__}: {e}"
+            raise TransportError(ex.transport_error, ex) from e
+        ex.body, ex.elapsed = bytes(buf), time.perf_counter() - t0
+        return ex
+
+    def close(self) -> None:
+        self.client.close()

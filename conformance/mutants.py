@@ -204,8 +204,9 @@ MUTANTS: dict[str, tuple[Callable[[WSGIApp], WSGIApp], set[str]]] = {
                          {"chat.tool_calls.shape", "chat.finish_reason.tool_calls",
                           # both compare the stream (finish_reason right) with the unary answer (wrong)
                           "chat.stream.tool_calls.index", "tools.call.not-in-content"}),
+    # The chunk schema requires the index too: the always-on response-schema invariant sees it.
     "tool-delta-no-index": (lambda a: _rewrite(a, response=_sse_response(_tool_delta_without_index)),
-                            {"chat.stream.tool_calls.index"}),
+                            {"chat.stream.tool_calls.index", "chat.response.shape"}),
     "echo-ignored": (lambda a: _rewrite(a, request=_drop_keys("echo")),
                      {"cmpl.echo.requires-logprobs", "cmpl.echo.prompt-logprobs", "cmpl.echo.boolean",
                       "chat.echo.refused"}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -84,6 +85,14 @@ def to_json(results: list[RuleResult], meta: dict[str, Any], redact: str | None 
     }
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(s: str) -> str:
+    """A server's bytes may hold characters XML 1.0 cannot carry at all (NUL, say)."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
 def write_junit(results: list[RuleResult], path: Path) -> None:
     cases = []
     counts = Counter()
@@ -99,11 +108,11 @@ def write_junit(results: list[RuleResult], path: Path) -> None:
             body = ""
             if r.outcome in ("FAIL", "ERROR"):
                 tag = "failure" if r.outcome == "FAIL" else "error"
-                msg = str(r.failure) if r.failure else r.reason
+                msg = _xml_text(str(r.failure) if r.failure else r.reason)
                 body = f"<{tag} message={quoteattr(msg[:500])}>{escape(msg)}</{tag}>"
                 counts["failures" if tag == "failure" else "errors"] += 1
             elif r.outcome != "PASS":
-                body = f"<skipped message={quoteattr(r.outcome + ': ' + (r.reason or str(r.failure or '')))}/>"
+                body = f"<skipped message={quoteattr(_xml_text(r.outcome + ': ' + (r.reason or str(r.failure or ''))))}/>"
                 counts["skipped"] += 1
             cases.append(f"<testcase classname={quoteattr(rr.rule.id)} name={name}>{body}</testcase>")
     xml = (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuite name="colibri-conform" tests="{len(cases)}" '
@@ -112,10 +121,19 @@ def write_junit(results: list[RuleResult], path: Path) -> None:
     path.write_text(xml)
 
 
+def discovery_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per capability probe: what the target serves, as found before the run."""
+    return [f"{name}: {f['state']}" + ("" if f["state"] == "served" else f" ({f['detail']})")
+            for name, f in (doc.get("discovery") or {}).items()]
+
+
 def markdown(doc: dict[str, Any]) -> str:
     s = doc["summary"]
     lines = [f"# colibri-conform: {doc['target']}", "",
+             f"Model `{doc.get('model', '')}`, judged by the {doc.get('contract', 'strict')} contract. "
+             "Capabilities found before the run: " + "; ".join(discovery_lines(doc)) + ".", "",
              " · ".join(f"**{k}** {v}" for k, v in s.items() if v), "",
+             *(f"Harness: {e}" for e in doc.get("harness_errors", [])),
              "| rule | level | outcome | detail |", "|---|---|---|---|"]
     for r in doc["rules"]:
         if r["outcome"] in ("PASS", "SKIPPED"):
@@ -150,8 +168,12 @@ def write_html(doc: dict[str, Any], out: Path) -> None:
         "<!doctype html><meta charset=utf-8><title>colibri-conform</title>"
         "<style>body{font-family:sans-serif;margin:2em}td{padding:2px 8px}tr:nth-child(even){background:#f4f4f4}</style>"
         f"<h1>colibri-conform: {html.escape(str(doc['target']))}</h1><p>{summary}</p>"
-        f"<p>{html.escape(doc['started'])}, {doc['duration_seconds']:.1f} s</p>"
-        "<table><tr><th>rule</th><th>level</th><th>outcome</th><th>title</th></tr>" + "".join(rows) + "</table>")
+        f"<p>{html.escape(doc['started'])}, {doc['duration_seconds']:.1f} s; model "
+        f"<code>{html.escape(str(doc.get('model', '')))}</code>, {html.escape(str(doc.get('contract', 'strict')))} "
+        "contract</p><h2>Capabilities found before the run</h2><ul>"
+        + "".join(f"<li>{html.escape(x)}</li>" for x in discovery_lines(doc)) + "</ul>"
+        + "".join(f"<p>Harness: {html.escape(e)}</p>" for e in doc.get("harness_errors", []))
+        + "<table><tr><th>rule</th><th>level</th><th>outcome</th><th>title</th></tr>" + "".join(rows) + "</table>")
 
 
 def now_iso() -> str:

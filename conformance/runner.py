@@ -1,18 +1,24 @@
-"""Turning a spec vector into an exchange with a target, and judging it."""
+"""Turning a spec vector into an exchange with a target, and judging it.
+
+Nothing a target sends, and nothing a check does with it, can stop a run: a broken transfer
+or an exception in the harness becomes the vector's ERROR with what was exchanged as
+evidence; a body that should be JSON and is not is the server's FAIL."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import traceback
+from dataclasses import dataclass, field
 from typing import Any
 
-from colibri.spec.vectors import request_for
+from colibri.spec.model import Vector, deep_merge
+from colibri.spec.vectors import DEFAULT_SETTINGS, MODEL, expand_model, request_for
 
-from .checks import LIVE_ONLY, CheckContext, CheckFailure, NotApplicable, counters, evaluate
-from .exchange import Exchange
+from .checks import LIVE_ONLY, CheckContext, CheckFailure, NotApplicable, counters, evaluate, invariants
+from .exchange import BodyNotJson, Exchange, TransportError
 
 #: Placeholders vectors use for inputs too large to write in YAML.
 LONG_PROMPT = "Repeat exactly: " + "lorem ipsum dolor " * 1200
-OVERSIZE = b'{"model": "colibri-tiny", "prompt": "' + b"x" * (4 * 1024 * 1024) + b'"}'
+OVERSIZE = b'{"model": "@model", "prompt": "' + b"x" * (4 * 1024 * 1024) + b'"}'
 
 
 def _expand(value: Any) -> Any:
@@ -34,16 +40,22 @@ class Prepared:
     body: dict[str, Any] | None
 
 
-def prepare(spec: Any, vector: Any) -> Prepared:
+def model_of(target: Any) -> str:
+    return getattr(target, "model", None) or DEFAULT_SETTINGS["model_id"]
+
+
+def prepare(spec: Any, vector: Vector, model: str | None = None) -> Prepared:
+    model = model or DEFAULT_SETTINGS["model_id"]
     ep = spec.endpoints[vector.endpoint]
     method = vector.method
-    path = vector.path or ep.path
-    body = request_for(spec, vector)
+    path = expand_model(vector.path or ep.path, model)
+    body = request_for(spec, vector, model)
     if body is not None:
         body = _expand(body)
     raw: bytes | None
     if vector.raw_body is not None:
         raw = OVERSIZE if vector.raw_body == b"@oversize" else vector.raw_body
+        raw = raw.replace(MODEL.encode(), json.dumps(model)[1:-1].encode())
     elif body is not None:
         raw = json.dumps(body, ensure_ascii=False).encode()
     elif method == "POST":
@@ -53,33 +65,85 @@ def prepare(spec: Any, vector: Any) -> Prepared:
     return Prepared(method, path, dict(vector.headers), raw, body)
 
 
+def effective_expect(spec: Any, vector: Vector, strict: bool, model: str) -> dict[str, Any]:
+    """The expectations a vector holds under the run's contract.
+
+    Under the official contracts (profiles openai/anthropic without strict) a refusal is judged
+    by its status and envelope: the OpenAI API's own `code` strings and `param` conventions
+    differ from this project's table, and a server need not copy ours. Anthropic's error
+    `type` is part of its contract (one type per status) and stays. `strict:` blocks apply
+    only under the strict contract."""
+    e = {k: v for k, v in vector.expect.items() if k != "strict"}
+    if strict:
+        e = deep_merge(e, {k: v for k, v in (vector.expect.get("strict") or {}).items() if k != "checks"})
+        e["checks"] = list(e.get("checks", [])) + list((vector.expect.get("strict") or {}).get("checks", []))
+    else:
+        e.pop("code", None)
+        e.pop("param", None)
+        if spec.endpoints[vector.endpoint].envelope != "anthropic":
+            e.pop("type", None)
+    return expand_model(e, model)
+
+
 @dataclass
 class Result:
     outcome: str  # PASS | FAIL | NON-STRICT | INCONCLUSIVE | SKIPPED | ERROR
     exchange: Exchange | None
     failure: CheckFailure | None = None
     reason: str = ""
+    #: failures of the always-on invariants, each owed to the rule that states it
+    invariant_failures: list[tuple[str, CheckFailure]] = field(default_factory=list)
 
 
-def run_vector(spec: Any, rule: Any, vector: Any, target: Any) -> Result:
+def _harness_error(e: BaseException) -> str:
+    frame = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    where = f" (at {frame.name}, {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})" if frame else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
+def run_vector(spec: Any, rule: Any, vector: Vector, target: Any, strict: bool = True) -> Result:
+    if vector.contract == "strict" and not strict:
+        return Result("SKIPPED", None, reason="holds this project's stricter contract only (run with --profile strict)")
     live = set(vector.expect.get("checks", [])) & LIVE_ONLY
     if live and not getattr(target, "live", False):
         return Result("SKIPPED", None, reason=f"needs a live server process: {', '.join(sorted(live))}")
-    p = prepare(spec, vector)
-    before: dict[str, Any] = {}
-    if "metrics_unchanged" in vector.expect.get("checks", []):
-        before["counters"] = counters(target)
+    model = model_of(target)
     try:
+        p = prepare(spec, vector, model)
+        expect = effective_expect(spec, vector, strict, model)
+    except Exception as e:  # noqa: BLE001 - a harness bug is reported on its vector, never fatal
+        return Result("ERROR", None, reason="harness: " + _harness_error(e))
+    before: dict[str, Any] = {}
+    try:
+        if "metrics_unchanged" in expect.get("checks", []):
+            before["counters"] = counters(target)
         ex = target.send(p.method, p.path, p.raw, p.headers)
-    except Exception as e:  # transport faults are the harness's, not the server's
-        return Result("ERROR", None, reason=f"{type(e).__name__}: {e}")
-    ctx = CheckContext(spec, vector, ex, p.body, target, before)
+    except TransportError as e:
+        return Result("ERROR", e.exchange, reason=f"transport: {e}")
+    except Exception as e:  # noqa: BLE001
+        return Result("ERROR", None, reason="transport: " + _harness_error(e))
+    ctx = CheckContext(spec, vector, ex, p.body, target, before, expect=expect, strict=strict)
+    res = _judge(rule, ctx)
+    try:
+        res.invariant_failures = invariants(ctx)
+    except Exception:  # noqa: BLE001 - an invariant that cannot read the response has nothing to say
+        pass
+    return res
+
+
+def _judge(rule: Any, ctx: CheckContext) -> Result:
+    ex = ctx.exchange
     try:
         evaluate(ctx)
     except NotApplicable as e:
         return Result("INCONCLUSIVE" if rule.kind == "behaviour" else "SKIPPED", ex, reason=str(e))
     except CheckFailure as f:
-        if rule.level == "SHOULD":
-            return Result("NON-STRICT", ex, f)
-        return Result("FAIL", ex, f)
+        return Result("NON-STRICT" if rule.level == "SHOULD" else "FAIL", ex, f)
+    except BodyNotJson as e:
+        f = CheckFailure("json body", "a JSON body", str(e))
+        return Result("NON-STRICT" if rule.level == "SHOULD" else "FAIL", ex, f)
+    except TransportError as e:  # a check's own follow-up request broke off
+        return Result("ERROR", e.exchange, reason=f"transport (follow-up request): {e}")
+    except Exception as e:  # noqa: BLE001
+        return Result("ERROR", ex, reason="harness: " + _harness_error(e))
     return Result("PASS", ex)

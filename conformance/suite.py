@@ -23,9 +23,15 @@ UNSUPPORTED_CODES = {"unsupported_parameter", "unsupported_value", "unsupported_
 @dataclass
 class Selection:
     profiles: list[str]
-    strict: bool = False
+    strict: bool = False  # also SHOULD rules
     prefixes: list[str] = field(default_factory=list)
     remote: bool = False
+
+    @property
+    def strict_contract(self) -> bool:
+        """Vectors are judged by this project's stricter contract (the `strict` profile is
+        selected), not only by the official APIs' (`openai`, `anthropic`)."""
+        return "strict" in self.profiles
 
 
 def skip_reason(rule: Any, sel: Selection) -> str | None:
@@ -85,7 +91,8 @@ def fold(rule: Any, results: list[VectorResult]) -> str:
     outs = [r.result.outcome for r in results]
     if not outs:
         return "SKIPPED"
-    for o in ("ERROR", "FAIL", "NON-STRICT", "UNSUPPORTED", "INCONCLUSIVE"):
+    # A server's FAIL says more than the harness's ERROR on another vector of the same rule.
+    for o in ("FAIL", "ERROR", "NON-STRICT", "UNSUPPORTED", "INCONCLUSIVE"):
         if o in outs:
             return o
     return "PASS" if "PASS" in outs else "SKIPPED"
@@ -103,13 +110,20 @@ def _unsupported(res: Result, vector: Vector) -> bool:
 
 
 def run_rule(spec: Any, rule: Any, target_for: Callable[[Vector], Any], sel: Selection,
-             budget: list[int], release: Callable[[Vector], None] | None = None) -> RuleResult:
+             budget: list[int], release: Callable[[Vector], None] | None = None,
+             gate: Callable[[Vector, str], Result | None] | None = None) -> RuleResult:
+    """Run a rule's vectors. `gate` may answer a vector without sending it (capability
+    discovery found its endpoint or feature not served)."""
     results: list[VectorResult] = []
     for base in rule.vectors:
         reason = vector_skip(base, sel.remote)
         for mode, vector in variants(rule, base):
             if reason:
                 results.append(VectorResult(vector, mode, Result("SKIPPED", None, reason=reason)))
+                continue
+            gated = gate(vector, mode) if gate else None
+            if gated is not None:
+                results.append(VectorResult(vector, mode, gated))
                 continue
             res = None
             for _ in range(max(1, rule.trials if rule.kind == "behaviour" else 1)):
@@ -118,7 +132,9 @@ def run_rule(spec: Any, rule: Any, target_for: Callable[[Vector], Any], sel: Sel
                     break
                 budget[0] -= 1
                 try:
-                    res = run_vector(spec, rule, vector, target_for(vector))
+                    res = run_vector(spec, rule, vector, target_for(vector), sel.strict_contract)
+                except Exception as e:  # noqa: BLE001 - run_vector reports its own faults; this is the last net
+                    res = Result("ERROR", None, reason=f"harness: {type(e).__name__}: {e}")
                 finally:
                     if release:
                         release(vector)
@@ -133,7 +149,8 @@ def run_rule(spec: Any, rule: Any, target_for: Callable[[Vector], Any], sel: Sel
 
 def run_suite(spec: Any, sel: Selection, target_for: Callable[[Vector], Any], *, concurrency: int = 1,
               budget: int = 100000, release: Callable[[Vector], None] | None = None,
-              progress: Callable[[RuleResult, int, int], None] | None = None) -> tuple[list[RuleResult], float]:
+              progress: Callable[[RuleResult, int, int], None] | None = None,
+              gate: Callable[[Vector, str], Result | None] | None = None) -> tuple[list[RuleResult], float]:
     started = time.monotonic()
     chosen, skipped = [], []
     for r in spec.rules:
@@ -149,20 +166,47 @@ def run_suite(spec: Any, sel: Selection, target_for: Callable[[Vector], Any], *,
     parallel = [r for r in chosen if r not in serial]
     done = 0
     with ThreadPoolExecutor(max(1, concurrency)) as pool:
-        for rr in pool.map(lambda r: run_rule(spec, r, target_for, sel, left, release), parallel):
+        for rr in pool.map(lambda r: run_rule(spec, r, target_for, sel, left, release, gate), parallel):
             results.append(rr)
             done += 1
             if progress:
                 progress(rr, done, len(chosen))
     for r in serial:
-        rr = run_rule(spec, r, target_for, sel, left, release)
+        rr = run_rule(spec, r, target_for, sel, left, release, gate)
         results.append(rr)
         done += 1
         if progress:
             progress(rr, done, len(chosen))
     order = {r.id: i for i, r in enumerate(spec.rules)}
     all_results = sorted(results + skipped, key=lambda x: order[x.rule.id])
+    fold_invariants(all_results)
     return all_results, time.monotonic() - started
+
+
+#: Evidence kept per (rule, invariant): enough to reproduce, not one per response.
+INVARIANT_EXAMPLES = 3
+
+
+def fold_invariants(results: list[RuleResult]) -> None:
+    """Failures of the always-on invariants count against the rule that states the invariant
+    (when that rule was selected), as extra vectors named after the response that showed them."""
+    by_id = {rr.rule.id: rr for rr in results if rr.outcome != "SKIPPED" or rr.vectors}
+    kept: dict[tuple[str, str], int] = {}
+    for rr in list(results):
+        for vr in rr.vectors:
+            for owner_id, failure in vr.result.invariant_failures:
+                owner = by_id.get(owner_id)
+                key = (owner_id, failure.check)
+                if owner is None or kept.get(key, 0) >= INVARIANT_EXAMPLES:
+                    continue
+                kept[key] = kept.get(key, 0) + 1
+                vec = copy.copy(vr.vector)
+                vec.name = f"{failure.check}@{vr.vector.rule_id}[{vr.vector.name}]"
+                outcome = "FAIL" if owner.rule.level == "MUST" else "NON-STRICT"
+                owner.vectors.append(VectorResult(vec, vr.mode, Result(outcome, vr.result.exchange, failure)))
+    for rr in by_id.values():
+        if rr.vectors:
+            rr.outcome = fold(rr.rule, rr.vectors)
 
 
 def fold_findings(results: list[RuleResult], findings: list[Any]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .paths import MISSING, Location, get, has_type, json_type, parse, resolve, same, text_of, truthy
 
-MODIFIERS = {"field", "endpoints", "error", "param", "null", "when", "message"}
+MODIFIERS = {"field", "endpoints", "error", "param", "null", "when", "message", "contract"}
 
 
 class SpecError(Exception):

@@ -181,7 +181,7 @@ def _vector(rule: Rule, v: dict[str, Any]) -> Vector:
     return Vector(rule_id=rule.id, name=v["name"], endpoint=endpoint, expect=v["expect"], request=v.get("request"),
                   method=v.get("method", "POST"), path=v.get("path", ""), headers=v.get("headers", {}),
                   raw_body=raw_body, server=v.get("server", {}), invalid=v.get("invalid", False),
-                  note=v.get("note", ""), replace=v.get("replace_request", False))
+                  note=v.get("note", ""), replace=v.get("replace_request", False), contract=v.get("contract"))
 
 
 def load_spec(root: Path | str | None = None, *, strict: bool = True) -> Spec:

@@ -58,6 +58,8 @@ class Vector:
     note: str = ""
     line: int | None = None
     replace: bool = False
+    #: None: the rule's official contract and strict alike; "strict": this project's only
+    contract: str | None = None
 
     @property
     def id(self) -> str:

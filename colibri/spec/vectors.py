@@ -22,19 +22,36 @@ DEFAULT_SETTINGS: dict[str, Any] = {
 }
 
 
-def request_for(spec: Any, vector: Vector) -> dict[str, Any] | None:
-    """The body a vector sends: its request merged over the endpoint's minimal request."""
-    if vector.raw_body is not None:
+#: Stands for the served model's id in vectors: the target's model when the suite runs against
+#: a server, the default setting elsewhere (validators, docs, diff).
+MODEL = "@model"
+
+
+def expand_model(value: Any, model: str) -> Any:
+    """`value` with every "@model" (whole strings, and inside paths) replaced by `model`."""
+    if isinstance(value, str):
+        return value.replace(MODEL, model) if MODEL in value else value
+    if isinstance(value, list):
+        return [expand_model(v, model) for v in value]
+    if isinstance(value, dict):
+        return {k: expand_model(v, model) for k, v in value.items()}
+    return value
+
+
+def request_for(spec: Any, vector: Vector, model: str | None = None) -> dict[str, Any] | None:
+    """The body a vector sends: its request merged over the endpoint's minimal request, with
+    the served model's id in place of "@model"."""
+    if vector.raw_body is not None or vector.method != "POST":
         return None
     ep = spec.endpoints.get(vector.endpoint)
     base = (ep.minimal_request if ep and ep.minimal_request else {})
-    if vector.method != "POST":
-        return None
     if vector.request is None:
-        return copy.deepcopy(base)
-    if vector.replace:
-        return copy.deepcopy(vector.request)
-    return deep_merge(base, vector.request)
+        body = copy.deepcopy(base)
+    elif vector.replace:
+        body = copy.deepcopy(vector.request)
+    else:
+        body = deep_merge(base, vector.request)
+    return expand_model(body, model or DEFAULT_SETTINGS["model_id"])
 
 
 def context_for(spec: Any, server: dict[str, Any] | None = None) -> Context:
@@ -62,7 +79,7 @@ def _generate(spec: Any, rule: Any) -> list[Vector]:
                 continue
             same_rule = [c for c in rule_checks if c.applies_to(endpoint)]
             for value, passes in _samples(chk, same_rule):
-                body = copy.deepcopy(ep.minimal_request)
+                body = expand_model(ep.minimal_request, DEFAULT_SETTINGS["model_id"])
                 if chk.kind == "required":
                     concrete = delete_path(body, chk.segments)
                 elif chk.kind == "keys":
@@ -79,9 +96,11 @@ def _generate(spec: Any, rule: Any) -> list[Vector]:
                     if not condition_holds(chk.when, body, holder, ctx):
                         continue
                 failing = _first_failure(same_rule, body, ctx)
+                contract = None
                 if passes and failing is None:
                     expect: dict[str, Any] = {"status": 200}
                 elif not passes and failing is not None:
+                    contract = failing.raw.get("contract")
                     failure = failing.run(body, ctx, {})
                     assert failure is not None
                     err = spec.errors.get(failing.error)
@@ -92,8 +111,10 @@ def _generate(spec: Any, rule: Any) -> list[Vector]:
                 if name in seen:
                     continue
                 seen.add(name)
+                if body.get("model") == DEFAULT_SETTINGS["model_id"] and ep.minimal_request.get("model") == MODEL:
+                    body["model"] = MODEL  # the served model, whichever the target serves
                 out.append(Vector(rule_id=rule.id, name=name, endpoint=endpoint, expect=expect, request=body,
-                                  generated=True, invalid=not passes, replace=True,
+                                  generated=True, invalid=not passes, replace=True, contract=contract,
                                   note=f"boundary of check {chk.kind} on {chk.field}"))
     return out
 
@@ -146,4 +167,5 @@ def attach_generated(spec: Any, schemas_root: Any = None) -> None:
             rule.vectors.append(v)
 
 
-__all__ = ["DEFAULT_SETTINGS", "SERVER_KEYS", "attach_generated", "context_for", "request_for"]
+__all__ = ["DEFAULT_SETTINGS", "MODEL", "SERVER_KEYS", "attach_generated", "context_for", "expand_model",
+           "request_for"]

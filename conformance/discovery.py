@@ -1,0 +1,142 @@
+"""Capability discovery: before the rules run, a handful of requests find out which endpoints
+the target serves and which features it refuses cleanly. A rule about something the target
+does not serve is UNSUPPORTED with the probe as its evidence, instead of a cascade of FAILs;
+the findings head every report."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from colibri.spec.model import Vector
+from colibri.spec.vectors import expand_model
+
+from .exchange import Exchange, TransportError
+from .runner import Result
+
+#: probe name -> (endpoint, extra request fields, what it tells)
+PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
+    "models": ("models", {}, "GET /v1/models lists models"),
+    "chat": ("chat", {}, "POST /v1/chat/completions answers"),
+    "completions": ("completions", {}, "POST /v1/completions answers"),
+    "messages": ("messages", {}, "POST /v1/messages (Anthropic) answers"),
+    "render": ("render", {}, "POST /v1/render (colibri extension) answers"),
+    "streaming": ("chat", {"stream": True}, "chat streams as server-sent events"),
+    "logprobs": ("chat", {"logprobs": True, "top_logprobs": 2}, "chat returns logprobs"),
+    "tools": ("chat", {"tools": [{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]},
+        "chat accepts tools"),
+    "health": ("health", {}, "GET /health answers"),
+    "metrics": ("metrics", {}, "GET /metrics answers Prometheus text"),
+}
+#: The endpoints whose absence makes every vector sent to them UNSUPPORTED.
+ENDPOINT_PROBES = {"models": "models", "model": "models", "chat": "chat", "completions": "completions",
+                   "messages": "messages", "render": "render", "health": "health", "metrics": "metrics"}
+
+
+@dataclass
+class Finding:
+    name: str
+    state: str  # served | absent | refused | ignored | error
+    status: int
+    detail: str
+    exchange: Exchange | None
+
+    def to_dict(self, redact: str | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {"state": self.state, "status": self.status, "detail": self.detail}
+        if self.exchange is not None and self.state != "served":
+            d["evidence"] = self.exchange.to_dict(redact)
+        return d
+
+
+def _state(name: str, ex: Exchange) -> tuple[str, str]:
+    if ex.status in (404, 405, 501):
+        return "absent", f"answers {ex.status}"
+    if 400 <= ex.status < 500:
+        return "refused", f"refused with {ex.status}"
+    if ex.status != 200:
+        return "error", f"answers {ex.status}"
+    if name == "metrics":
+        ok = "text/plain" in (ex.header("content-type") or "") or ex.body.startswith(b"#")
+        return ("served", "Prometheus text") if ok else ("absent", "200 but no Prometheus text")
+    if name == "streaming" and not ex.is_sse:
+        return "ignored", "answered 200 without text/event-stream"
+    if name in ("health", "metrics", "streaming"):
+        return "served", "200"
+    try:
+        doc = ex.json()
+    except ValueError:
+        return "error", "200 with a body that is not JSON"
+    if name == "logprobs":
+        choices = doc.get("choices") if isinstance(doc, dict) else None
+        if not (choices and isinstance(choices[0], dict) and choices[0].get("logprobs")):
+            return "ignored", "200 without logprobs"
+    return "served", "200"
+
+
+class Capabilities:
+    def __init__(self, spec: Any, findings: dict[str, Finding]):
+        self.spec = spec
+        self.findings = findings
+        self._evidence_given: set[str] = set()
+
+    @classmethod
+    def discover(cls, spec: Any, target: Any) -> Capabilities:
+        model = getattr(target, "model", None) or "colibri-tiny"
+        found: dict[str, Finding] = {}
+        for name, (endpoint, extra, _) in PROBES.items():
+            ep = spec.endpoints[endpoint]
+            body = None
+            if ep.method == "POST":
+                body = json.dumps(dict(expand_model(ep.minimal_request, model), **extra)).encode()
+            try:
+                ex = target.send(ep.method, ep.path, body, {})
+            except TransportError as e:
+                found[name] = Finding(name, "error", 0, f"transport: {e}", e.exchange)
+                continue
+            except Exception as e:  # noqa: BLE001 - a probe never stops the run
+                found[name] = Finding(name, "error", 0, f"{type(e).__name__}: {e}", None)
+                continue
+            state, detail = _state(name, ex)
+            found[name] = Finding(name, state, ex.status, detail, ex)
+        return cls(spec, found)
+
+    def _unserved(self, vector: Vector, mode: str) -> Finding | None:
+        # A vector sent elsewhere than its endpoint's path (an unknown route, say) is not about it.
+        custom = vector.path and vector.path != self.spec.endpoints[vector.endpoint].path and vector.endpoint != "model"
+        probe = None if custom else ENDPOINT_PROBES.get(vector.endpoint)
+        f = self.findings.get(probe) if probe else None
+        if f is not None and f.state == "absent":
+            return f
+        if vector.refused:  # a refusal vector tests validation, which needs no feature
+            return None
+        req = vector.request or {}
+        wants = []
+        if mode == "stream" or req.get("stream") is True:
+            wants.append("streaming")
+        if vector.endpoint == "chat" and (req.get("logprobs") is True or req.get("top_logprobs")):
+            wants.append("logprobs")
+        if vector.endpoint == "chat" and req.get("tools"):
+            wants.append("tools")
+        for w in wants:
+            f = self.findings.get(w)
+            if f is not None and f.state == "refused":
+                return f
+        return None
+
+    def gate(self, vector: Vector, mode: str) -> Result | None:
+        f = self._unserved(vector, mode)
+        if f is None:
+            return None
+        first = vector.rule_id not in self._evidence_given
+        self._evidence_given.add(vector.rule_id)
+        what = PROBES[f.name][2]
+        return Result("UNSUPPORTED", f.exchange if first else None,
+                      reason=f"discovery: not served ({what}: {f.detail})")
+
+    def to_dict(self, redact: str | None = None) -> dict[str, Any]:
+        return {name: f.to_dict(redact) for name, f in self.findings.items()}
+
+    def summary(self) -> str:
+        return ", ".join(f"{n} {f.state}" + (f" ({f.status})" if f.state != "served" else "")
+                         for n, f in self.findings.items())
