@@ -78,6 +78,8 @@ def remote_target(base_url: str, headers: dict[str, str], model: str | None, tim
     from .exchange import HttpTarget, TransportError
 
     target = HttpTarget(base_url, headers, timeout=timeout)
+    target.api_key = next((v.removeprefix("Bearer ").strip() for k, v in headers.items()
+                           if k.lower() == "authorization"), None)
     if model is None:
         try:
             ex = target.send("GET", "/v1/models")
@@ -101,17 +103,20 @@ def cmd_run(argv: list[str]) -> int:
     from colibri.spec import load_spec
 
     from .report import markdown, now_iso, to_json, write_html, write_junit
-    from .suite import Selection, run_suite, skip_reason
+    from .suite import Selection, in_process_only, run_suite, skip_reason
 
     args = _run_parser().parse_args(argv)
     spec = load_spec()
     remote = bool(args.base_url)
+    key = args.api_key or os.environ.get("COLI_CONFORM_API_KEY")
     sel = Selection(profiles=args.profile or (list(REMOTE_DEFAULT) if remote else list(PROFILES)), strict=args.strict,
-                    prefixes=args.rule, remote=remote)
+                    prefixes=args.rule, remote=remote, api_key=bool(key))
     chosen = [r for r in spec.rules if skip_reason(r, sel) is None]
     if args.list:
         for r in spec.rules:
-            why = skip_reason(r, sel)
+            why = skip_reason(r, sel) or in_process_only(r, sel)
+            if why and why.startswith("needs"):
+                why = "in-process only: " + why
             print(f"{'run ' if why is None else 'skip'} {r.id:45} {r.level:6} "
                   + (f"{len(r.vectors)} vectors" if why is None else why))
         print(f"{len(chosen)} of {len(spec.rules)} rules selected", file=sys.stderr)
@@ -194,7 +199,6 @@ def cmd_run(argv: list[str]) -> int:
                 fixed.append(rr.rule.id)
             else:
                 rr.outcome, rr.reason = "SKIPPED", f"known deviation: {expectations[rr.rule.id]}"
-    key = args.api_key or os.environ.get("COLI_CONFORM_API_KEY")
     doc = to_json(results, {"target": label, "model": probe_target.model, "started": started,
                             "duration_seconds": duration,
                             "contract": "strict" if sel.strict_contract else "official",

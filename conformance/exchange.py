@@ -156,21 +156,30 @@ class HttpTarget:
         self.default_headers = default_headers or {}
         self.timeout = timeout
         self.model = model
+        self.api_key: str | None = None
         self.client = httpx.Client(follow_redirects=False, timeout=httpx.Timeout(timeout, connect=10.0),
                                    limits=httpx.Limits(max_connections=32, max_keepalive_connections=16))
 
     def send(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
-             timeout: float | None = None) -> Exchange:
+             timeout: float | None = None, default_auth: bool = True) -> Exchange:
         import httpx
 
-        hdrs = _with_content_type(self.default_headers | (headers or {}), body)
+        base = self.default_headers if default_auth else {
+            k: v for k, v in self.default_headers.items() if k.lower() not in ("authorization", "x-api-key")}
+        hdrs = _with_content_type(base | (headers or {}), body)
         ex = Exchange(method, path, hdrs, body)
+        content: Any = body
+        if any(k.lower() == "transfer-encoding" and "chunked" in v.lower() for k, v in hdrs.items()):
+            # A vector about chunked bodies: httpx frames an iterator as chunks (and sends no
+            # Content-Length beside it, which servers rightly refuse as ambiguous).
+            hdrs = {k: v for k, v in hdrs.items() if k.lower() != "transfer-encoding"}
+            content = iter([body[i:i + 64] for i in range(0, len(body or b""), 64)])
         buf = bytearray()
         t0 = time.perf_counter()
         try:
             # httpcore reads the response even when the server stopped reading the body and
             # closed (an early 413): the status arrives instead of a broken pipe.
-            with self.client.stream(method, self.base + path, content=body, headers=hdrs,
+            with self.client.stream(method, self.base + path, content=content, headers=hdrs,
                                     timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT) as r:
                 ex.first_byte = time.perf_counter() - t0
                 ex.status, ex.headers = r.status_code, dict(r.headers)

@@ -114,10 +114,14 @@ def run_vector(spec: Any, rule: Any, vector: Vector, target: Any, strict: bool =
     except Exception as e:  # noqa: BLE001 - a harness bug is reported on its vector, never fatal
         return Result("ERROR", None, reason="harness: " + _harness_error(e))
     before: dict[str, Any] = {}
+    key = getattr(target, "api_key", None)
+    auth_vector = "api_key" in vector.server and key
+    if auth_vector:  # the target's own key stands in for the vector's; its default auth is left out
+        p.headers = {k: v.replace(vector.server["api_key"], key) for k, v in p.headers.items()}
     try:
         if "metrics_unchanged" in expect.get("checks", []):
             before["counters"] = counters(target)
-        ex = target.send(p.method, p.path, p.raw, p.headers)
+        ex = target.send(p.method, p.path, p.raw, p.headers, **({"default_auth": False} if auth_vector else {}))
     except TransportError as e:
         return Result("ERROR", e.exchange, reason=f"transport: {e}")
     except Exception as e:  # noqa: BLE001

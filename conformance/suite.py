@@ -26,6 +26,7 @@ class Selection:
     strict: bool = False  # also SHOULD rules
     prefixes: list[str] = field(default_factory=list)
     remote: bool = False
+    api_key: bool = False  # the remote target's key is known (--api-key): auth vectors can run
 
     @property
     def strict_contract(self) -> bool:
@@ -46,10 +47,29 @@ def skip_reason(rule: Any, sel: Selection) -> str | None:
     return None
 
 
-def vector_skip(vector: Vector, remote: bool) -> str | None:
+def vector_skip(vector: Vector, remote: bool, api_key: bool = False) -> str | None:
     if remote and vector.server:
+        if set(vector.server) == {"api_key"}:  # a server's own key stands in for the vector's
+            return None if api_key else "needs the target's key: run with --api-key"
         return f"needs server settings {sorted(vector.server)} that only an in-process run can make"
     return None
+
+
+def in_process_only(rule: Any, sel: Selection) -> str | None:
+    """Why a selected rule cannot run against a URL at all (every vector needs the in-process
+    server's settings or a live process of its own), or None."""
+    if not sel.remote or not rule.vectors:
+        return None
+    from .checks import LIVE_ONLY
+
+    reasons = set()
+    for v in rule.vectors:
+        why = vector_skip(v, True, sel.api_key)
+        live = set(v.expect.get("checks", [])) & LIVE_ONLY
+        if why is None and not live:
+            return None
+        reasons.add(why or f"needs a live server process of its own ({', '.join(sorted(live))})")
+    return "; ".join(sorted(reasons))
 
 
 def variants(rule: Any, vector: Vector) -> list[tuple[str, Vector]]:
@@ -116,7 +136,7 @@ def run_rule(spec: Any, rule: Any, target_for: Callable[[Vector], Any], sel: Sel
     discovery found its endpoint or feature not served)."""
     results: list[VectorResult] = []
     for base in rule.vectors:
-        reason = vector_skip(base, sel.remote)
+        reason = vector_skip(base, sel.remote, sel.api_key)
         for mode, vector in variants(rule, base):
             if reason:
                 results.append(VectorResult(vector, mode, Result("SKIPPED", None, reason=reason)))

@@ -48,12 +48,28 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     return doc
 
 
+def _read_chunked(stream: Any) -> bytes:
+    parts, size = [], 0
+    while size <= MAX_BODY:
+        part = stream.read(min(65536, MAX_BODY + 1 - size))
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
+
+
 def read_body(req: Any) -> dict[str, Any]:
     """Read and parse a Falcon request's body, refusing oversize bodies before reading them."""
     length = req.content_length
     if length is not None and length > MAX_BODY:
         raise error("request_too_large")
-    raw = req.bounded_stream.read(MAX_BODY + 1)
+    if length is None and "chunked" in (req.get_header("Transfer-Encoding") or "").lower():
+        # Falcon's bounded stream reads nothing without a Content-Length; the WSGI server's
+        # input de-chunks, so read it to its end (or just past the limit).
+        raw = _read_chunked(req.stream)
+    else:
+        raw = req.bounded_stream.read(MAX_BODY + 1)
     if len(raw) > MAX_BODY:
         raise error("request_too_large")
     return parse_body(raw)
