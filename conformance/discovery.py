@@ -61,8 +61,14 @@ def _state(name: str, ex: Exchange) -> tuple[str, str]:
         return ("served", "Prometheus text") if ok else ("absent", "200 but no Prometheus text")
     if name == "streaming" and not ex.is_sse:
         return "ignored", "answered 200 without text/event-stream"
-    if name in ("health", "metrics", "streaming"):
+    if name == "streaming":
         return "served", "200"
+    if name == "health":  # the health rules read a JSON snapshot; a plain "OK" is not one
+        try:
+            ok = isinstance(ex.json(), dict)
+        except ValueError:
+            ok = False
+        return ("served", "200 JSON") if ok else ("absent", "200 but no JSON object")
     try:
         doc = ex.json()
     except ValueError:
