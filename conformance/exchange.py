@@ -174,12 +174,30 @@ class HttpTarget:
             # Content-Length beside it, which servers rightly refuse as ambiguous).
             hdrs = {k: v for k, v in hdrs.items() if k.lower() != "transfer-encoding"}
             content = iter([body[i:i + 64] for i in range(0, len(body or b""), 64)])
+        try:
+            return self._send_once(self.client, method, path, content, hdrs, ex, timeout)
+        except TransportError as e:
+            # A server may close an idle kept-alive connection just as it is reused (mockllm
+            # does after a 500): nothing came back, so try once on a fresh connection.
+            if e.exchange.status or not isinstance(e.__cause__, (httpx.ReadError, httpx.RemoteProtocolError,
+                                                                  httpx.WriteError)):
+                raise
+        ex = Exchange(method, path, hdrs, body)
+        if not isinstance(content, (bytes, type(None))):
+            content = iter([body[i:i + 64] for i in range(0, len(body or b""), 64)])
+        with httpx.Client(follow_redirects=False, timeout=self.client.timeout) as fresh:
+            return self._send_once(fresh, method, path, content, hdrs, ex, timeout)
+
+    def _send_once(self, client: Any, method: str, path: str, content: Any, hdrs: dict[str, str], ex: Exchange,
+                   timeout: float | None) -> Exchange:
+        import httpx
+
         buf = bytearray()
         t0 = time.perf_counter()
         try:
             # httpcore reads the response even when the server stopped reading the body and
             # closed (an early 413): the status arrives instead of a broken pipe.
-            with self.client.stream(method, self.base + path, content=content, headers=hdrs,
+            with client.stream(method, self.base + path, content=content, headers=hdrs,
                                     timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT) as r:
                 ex.first_byte = time.perf_counter() - t0
                 ex.status, ex.headers = r.status_code, dict(r.headers)

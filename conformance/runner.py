@@ -101,9 +101,31 @@ def _harness_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}{where}"
 
 
-def run_vector(spec: Any, rule: Any, vector: Vector, target: Any, strict: bool = True) -> Result:
-    if vector.contract == "strict" and not strict:
-        return Result("SKIPPED", None, reason="holds this project's stricter contract only (run with --profile strict)")
+#: The official profile whose contract covers an endpoint's envelope.
+OFFICIAL_FOR_ENVELOPE = {"openai": "openai", "anthropic": "anthropic"}
+
+
+def official_skip(spec: Any, rule: Any, vector: Vector, profiles: Any) -> str | None:
+    """Why a vector does not run under the official contracts (a non-strict run), or None.
+
+    A rule may be official for one API and this project's own for another: `[strict,
+    anthropic]` over chat and messages holds Anthropic's contract on /v1/messages only."""
+    if vector.contract == "strict":
+        return "holds this project's stricter contract only (run with --profile strict)"
+    official = OFFICIAL_FOR_ENVELOPE.get(spec.endpoints[vector.endpoint].envelope)
+    if official not in rule.profiles:
+        return f"on {spec.endpoints[vector.endpoint].path} this rule is this project's contract only (--profile strict)"
+    if profiles is not None and official not in profiles:
+        return f"the {official} profile is not selected"
+    return None
+
+
+def run_vector(spec: Any, rule: Any, vector: Vector, target: Any, strict: bool = True,
+               profiles: Any = None) -> Result:
+    if not strict:
+        why = official_skip(spec, rule, vector, profiles)
+        if why:
+            return Result("SKIPPED", None, reason=why)
     live = set(vector.expect.get("checks", [])) & LIVE_ONLY
     if live and not getattr(target, "live", False):
         return Result("SKIPPED", None, reason=f"needs a live server process: {', '.join(sorted(live))}")

@@ -11,7 +11,7 @@ from typing import Any
 
 from colibri.spec.model import Vector
 
-from .runner import Result, run_vector
+from .runner import Result, official_skip, run_vector
 
 PROFILES_ALL = ("openai", "strict", "anthropic", "logprobs", "tools", "reasoning", "streaming", "completions",
                 "operations", "continuation", "extensions")
@@ -136,7 +136,8 @@ def run_rule(spec: Any, rule: Any, target_for: Callable[[Vector], Any], sel: Sel
     discovery found its endpoint or feature not served)."""
     results: list[VectorResult] = []
     for base in rule.vectors:
-        reason = vector_skip(base, sel.remote, sel.api_key)
+        reason = vector_skip(base, sel.remote, sel.api_key) or (
+            None if sel.strict_contract else official_skip(spec, rule, base, sel.profiles))
         for mode, vector in variants(rule, base):
             if reason:
                 results.append(VectorResult(vector, mode, Result("SKIPPED", None, reason=reason)))
@@ -152,7 +153,7 @@ def run_rule(spec: Any, rule: Any, target_for: Callable[[Vector], Any], sel: Sel
                     break
                 budget[0] -= 1
                 try:
-                    res = run_vector(spec, rule, vector, target_for(vector), sel.strict_contract)
+                    res = run_vector(spec, rule, vector, target_for(vector), sel.strict_contract, sel.profiles)
                 except Exception as e:  # noqa: BLE001 - run_vector reports its own faults; this is the last net
                     res = Result("ERROR", None, reason=f"harness: {type(e).__name__}: {e}")
                 finally:
