@@ -162,6 +162,18 @@ def _data_events(ex: Exchange) -> list[dict[str, Any]]:
     return [e.json() for e in ex.events() if e.data != "[DONE]"]
 
 
+def _stream(ctx: CheckContext, check: str) -> list[dict[str, Any]]:
+    """The data events of a response that must be a stream: a FAIL naming what came instead."""
+    ex = ctx.exchange
+    if not ex.is_sse:
+        raise CheckFailure(check, "text/event-stream (the request asked for a stream)",
+                           f"{ex.header('content-type')}: {ex.body[:120]!r}")
+    try:
+        return _data_events(ex)
+    except ValueError as e:
+        raise CheckFailure(check, "every data payload JSON (or [DONE])", str(e)) from None
+
+
 # ------------------------------------------------------------------ checks
 
 def error_envelope(ctx: CheckContext) -> None:
@@ -188,21 +200,40 @@ def error_envelope(ctx: CheckContext) -> None:
             raise CheckFailure("error_envelope", f"type {exp_type}", got_type)
 
 
+def _schema_errors(ctx: CheckContext, v: Any, doc: Any) -> list[Any]:
+    """Schema errors that count under the run's contract. Under the official ones, extra keys
+    and id prefixes are no client's business, and a key left out where the schema allows null
+    reads as null in every SDK (this spec's own rule: null means absent)."""
+    errs = list(v.iter_errors(doc))
+    if ctx.strict:
+        return errs
+
+    def counts(e: Any) -> bool:
+        if e.validator in ("additionalProperties", "pattern"):
+            return False
+        if e.validator == "required":
+            name = e.message.split("'")[1] if e.message.count("'") >= 2 else None
+            sub = (e.schema.get("properties") or {}).get(name)
+            if sub is not None and v.evolve(schema=sub).is_valid(None):
+                return False
+        return True
+
+    return [e for e in errs if counts(e)]
+
+
 def response_schema(ctx: CheckContext) -> None:
     ex, ep = ctx.exchange, ctx.spec.endpoints[ctx.endpoint]
-    # Under the official contracts, extra keys and id prefixes are no client's business.
-    lenient = () if ctx.strict else ("additionalProperties", "pattern")
     if not ex.is_sse:
         if not ep.response_schema:
             return
-        errs = [e for e in validator(ep.response_schema).iter_errors(ex.json()) if e.validator not in lenient]
+        errs = _schema_errors(ctx, validator(ep.response_schema), ex.json())
         if errs:
             raise CheckFailure("response_schema", ep.response_schema, f"{errs[0].message} at {list(errs[0].absolute_path)}")
         return
     schema = {"chat": "chat.chunk.json", "completions": "completions.response.json", "messages": "messages.event.json"}[ctx.endpoint]
     v = validator(schema)
     for d in _data_events(ex):
-        errs = [e for e in v.iter_errors(d) if e.validator not in lenient]
+        errs = _schema_errors(ctx, v, d)
         if errs:
             raise CheckFailure("response_schema", schema, f"{errs[0].message} in {d}")
 
@@ -219,7 +250,7 @@ def usage_arithmetic(ctx: CheckContext) -> None:
 
 
 def one_finish_reason(ctx: CheckContext) -> None:
-    chunks = [d for d in _data_events(ctx.exchange) if d.get("choices")]
+    chunks = [d for d in _stream(ctx, "one_finish_reason") if d.get("choices")]
     reasons = [(i, ch["finish_reason"]) for i, d in enumerate(chunks) for ch in d["choices"] if ch.get("finish_reason")]
     if len(reasons) != 1 or reasons[0][0] != len(chunks) - 1:
         raise CheckFailure("one_finish_reason", "exactly one finish_reason, in the last choice chunk",
@@ -227,13 +258,14 @@ def one_finish_reason(ctx: CheckContext) -> None:
 
 
 def role_first(ctx: CheckContext) -> None:
-    chunks = _data_events(ctx.exchange)
+    chunks = _stream(ctx, "role_first")
     role = chunks[0]["choices"][0]["delta"].get("role") if chunks and chunks[0].get("choices") else None
     if role != "assistant":
         raise CheckFailure("role_first", "assistant", role)
 
 
 def done_sentinel(ctx: CheckContext) -> None:
+    _stream(ctx, "done_sentinel")
     events = ctx.exchange.events()
     last = events[-1].data if events else None
     if last != "[DONE]":
@@ -257,7 +289,7 @@ def sse_framing(ctx: CheckContext) -> None:
 
 
 def usage_chunk_last(ctx: CheckContext) -> None:
-    chunks = _data_events(ctx.exchange)
+    chunks = _stream(ctx, "usage_chunk_last")
     with_usage = [i for i, d in enumerate(chunks) if d.get("usage") is not None]
     if with_usage != [len(chunks) - 1] or chunks[-1].get("choices") != []:
         raise CheckFailure("usage_chunk_last", "one final usage chunk with choices []", with_usage)
@@ -267,7 +299,7 @@ def usage_chunk_last(ctx: CheckContext) -> None:
 
 def tool_call_delta_index(ctx: CheckContext) -> None:
     seen: set[int] = set()
-    for d in _data_events(ctx.exchange):
+    for d in _stream(ctx, "tool_call_delta_index"):
         for ch in d.get("choices") or []:
             for tc in (ch.get("delta") or {}).get("tool_calls") or []:
                 idx = tc.get("index")
@@ -352,6 +384,7 @@ def stream_equals_unary(ctx: CheckContext) -> None:
 
 
 def anthropic_event_order(ctx: CheckContext) -> None:
+    _stream(ctx, "anthropic_event_order")
     names = [e.event for e in ctx.exchange.events() if e.event != "ping"]
     for e in ctx.exchange.events():
         if e.json().get("type") != e.event:
@@ -644,7 +677,7 @@ def reasoning_made(ctx: CheckContext) -> None:
 
 
 def stream_one_id(ctx: CheckContext) -> None:
-    ids = {d.get("id") for d in _data_events(ctx.exchange) if isinstance(d, dict)}
+    ids = {d.get("id") for d in _stream(ctx, "stream_one_id") if isinstance(d, dict)}
     if len(ids) != 1 or None in ids:
         raise CheckFailure("stream_one_id", "one id on every chunk", sorted(map(str, ids))[:5])
 
