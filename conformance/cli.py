@@ -182,12 +182,11 @@ def cmd_run(argv: list[str]) -> int:
             print(f"fuzzing: schemathesis and property phases, {fuzz} examples per operation", file=sys.stderr)
         try:
             if remote:
-                findings = schemathesis_phase(args.base_url, fuzz, headers=headers) + property_phase(spec, target, fuzz)
+                findings = schemathesis_phase(args.base_url, fuzz, headers=headers) + property_phase(
+                    spec, target, fuzz, strict=sel.strict_contract, profiles=sel.profiles)
             else:
-                from colibri.spec.vectors import DEFAULT_SETTINGS
-
                 findings = schemathesis_phase(probe_target.client.app, fuzz) + property_phase(
-                    spec, probe_target, fuzz, family=args.family, settings_=dict(DEFAULT_SETTINGS, family=args.family))
+                    spec, probe_target, fuzz, strict=sel.strict_contract, profiles=sel.profiles)
             fold_findings(results, findings)
         except Exception as e:  # noqa: BLE001 - the fixed vectors' verdicts still stand and are reported
             harness_errors.append(f"fuzz phase stopped: {type(e).__name__}: {e}")
