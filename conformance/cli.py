@@ -185,8 +185,9 @@ def cmd_run(argv: list[str]) -> int:
                 findings = schemathesis_phase(args.base_url, fuzz, headers=headers) + property_phase(
                     spec, target, fuzz, strict=sel.strict_contract, profiles=sel.profiles)
             else:
-                findings = schemathesis_phase(probe_target.client.app, fuzz) + property_phase(
-                    spec, probe_target, fuzz, strict=sel.strict_contract, profiles=sel.profiles)
+                fresh = pool.target({})  # vectors with test-only state may have retired the probe's server
+                findings = schemathesis_phase(fresh.client.app, fuzz) + property_phase(
+                    spec, fresh, fuzz, strict=sel.strict_contract, profiles=sel.profiles)
             fold_findings(results, findings)
         except Exception as e:  # noqa: BLE001 - the fixed vectors' verdicts still stand and are reported
             harness_errors.append(f"fuzz phase stopped: {type(e).__name__}: {e}")

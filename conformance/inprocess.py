@@ -49,6 +49,8 @@ class ServerPool:
         if id(svc) not in self.apps:
             app = create_app(svc)
             self.apps[id(svc)] = InProcessTarget(self.wrap(app) if self.wrap else app)
+        if server.get("fault") == "engine-thread" and svc.scheduler.failed is None:
+            _kill_engine_thread(svc)
         if server.get("fault") == "raise":
             logging.getLogger("colibri.server").setLevel(logging.CRITICAL)  # the fault is the point
             def boom(*a: Any, **k: Any) -> Any:
@@ -67,3 +69,18 @@ class ServerPool:
     def close(self) -> None:
         for s in self.services.values():
             s.scheduler.close()
+
+
+def _kill_engine_thread(svc: Service) -> None:
+    """Break the engine thread's own loop (not one task's work) the way a bug would, and wait
+    until its supervisor has failed the work it held (rule ops.engine.supervised)."""
+    from colibri.server.scheduler import Task
+
+    def boom() -> None:
+        raise RuntimeError("injected engine-loop fault")
+
+    logging.getLogger("colibri.server").setLevel(logging.CRITICAL + 1)  # the fault is the point
+    svc.scheduler._step = boom  # type: ignore[method-assign]
+    probe = Task(prompt=[1, 2, 3], max_new=1, end_tokens=frozenset())
+    svc.scheduler.admit(probe)
+    svc.scheduler.thread.join(timeout=10)

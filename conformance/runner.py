@@ -18,7 +18,13 @@ from .exchange import BodyNotJson, Exchange, TransportError
 
 #: Placeholders vectors use for inputs too large to write in YAML.
 LONG_PROMPT = "Repeat exactly: " + "lorem ipsum dolor " * 1200
-OVERSIZE = b'{"model": "@model", "prompt": "' + b"x" * (4 * 1024 * 1024) + b'"}'
+RAW_BODIES = {
+    b"@oversize": b'{"model": "@model", "prompt": "' + b"x" * (4 * 1024 * 1024) + b'"}',
+    b"@deep-array": b"[" * 3000 + b"]" * 3000,
+    # a valid request whose metadata nests 100 objects deep
+    b"@deep-object": (b'{"model": "@model", "messages": [{"role": "user", "content": "hi"}], "metadata": '
+                      + b'{"a": ' * 100 + b"1" + b"}" * 100 + b"}"),
+}
 
 
 def _expand(value: Any) -> Any:
@@ -54,7 +60,7 @@ def prepare(spec: Any, vector: Vector, model: str | None = None) -> Prepared:
         body = _expand(body)
     raw: bytes | None
     if vector.raw_body is not None:
-        raw = OVERSIZE if vector.raw_body == b"@oversize" else vector.raw_body
+        raw = RAW_BODIES.get(vector.raw_body, vector.raw_body)
         raw = raw.replace(MODEL.encode(), json.dumps(model)[1:-1].encode())
     elif body is not None:
         raw = json.dumps(body, ensure_ascii=False).encode()

@@ -160,7 +160,10 @@ class Health:
         self.svc = svc
 
     def on_get(self, req: Any, resp: Any) -> None:
-        doc: dict[str, Any] = {"status": "ok"}
+        failed = self.svc.scheduler.failed
+        doc: dict[str, Any] = {"status": "failed", "engine": "failed"} if failed else {"status": "ok", "engine": "ok"}
+        if failed:
+            resp.status = 503  # ops.engine.supervised: a load balancer must stop sending work here
         if req.context.authed:
             fam = self.svc.family
             doc.update({"family": self.svc.settings.family, "kv_slots": self.svc.settings.kv_slots,

@@ -3,17 +3,40 @@ object-ness. Each failure is a named error from the table (spec topic `transport
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
 from .errors import error
 
 MAX_BODY = 4 * 1024 * 1024
+MAX_DEPTH = 64  # rule body.json.limits
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise ValueError(f"{text} is beyond the range of a 64-bit float")
+    return value
+
+
+def _too_deep(doc: Any) -> bool:
+    """Whether arrays/objects nest deeper than MAX_DEPTH (an explicit stack: no recursion)."""
+    stack = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        if depth > MAX_DEPTH:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
 
 
 def _has_lone_surrogate(value: Any) -> bool:
@@ -36,9 +59,13 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise error("invalid_encoding") from None
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except ValueError:
         raise error("invalid_json") from None
+    except RecursionError:  # deeper than the parser's own stack: certainly beyond MAX_DEPTH
+        raise error("invalid_json", message=f"The request body nests deeper than {MAX_DEPTH} levels.") from None
+    if isinstance(doc, (dict, list)) and _too_deep(doc):
+        raise error("invalid_json", message=f"The request body nests deeper than {MAX_DEPTH} levels.")
     # Valid UTF-8 cannot carry a surrogate, so only a \uD800-\uDFFF escape can make one: bodies
     # without such an escape (nearly all) skip the walk over every string.
     if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(doc):

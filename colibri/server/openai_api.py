@@ -118,7 +118,7 @@ class ChatResource(_Endpoint):
         max_new = self.svc.budget(ids, requested, "messages")
         prefer = conversation_slot(body["messages"], self.svc.settings.kv_slots)  # ops.slot.choice
         k = (body.get("top_logprobs") or 0) if body.get("logprobs") else -1
-        task = self.svc.task(ids, body, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer,
+        task = self.svc.task(ids, body, request_id=req.context.request_id, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer,
                              logprobs_k=k)
         gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
                                   thinking=rendered.thinking, tools=rendered.tools_offered,
@@ -170,7 +170,7 @@ class CompletionsResource(_Endpoint):
         lp = body.get("logprobs")
         k = lp if isinstance(lp, int) and not isinstance(lp, bool) and lp > 0 else -1
         echo = bool(body.get("echo"))
-        task = self.svc.task(ids, body, max_new=max_new, slot=body.get("cache_slot"), logprobs_k=k, echo=echo)
+        task = self.svc.task(ids, body, request_id=req.context.request_id, max_new=max_new, slot=body.get("cache_slot"), logprobs_k=k, echo=echo)
         gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
                                   thinking=False, tools=[], strip=False, client_gone=detector(req.env))
         cid, created, model = f"cmpl-{uuid.uuid4().hex}", now(), self.svc.settings.model_id

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import queue
 import threading
 import time
@@ -24,6 +25,7 @@ import numpy as np
 from .errors import error
 
 BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
+log = logging.getLogger("colibri.server")
 
 
 def conversation_slot(messages: list[dict[str, Any]], n_slots: int) -> int:
@@ -73,6 +75,7 @@ class Task:
     stop_requested: bool = False
     cancelled: bool = False
     client_gone: Any = None  # callable polled while the task waits for a slot
+    request_id: str = ""  # for the log: which request an engine fault belongs to
     # filled by the scheduler
     assigned: int = -1
     n_reused: int = 0
@@ -148,6 +151,7 @@ class Scheduler:
         self.to_prefill: deque[Task] = deque()
         self.decoding: list[Task] = []
         self.closed = False
+        self.failed: str | None = None  # why the engine thread stopped, if it did
         self.thread = threading.Thread(target=self._run, name="colibri-engine", daemon=True)
         self.thread.start()
 
@@ -181,7 +185,7 @@ class Scheduler:
         start = time.monotonic()
         with self.lock:
             if self.closed:
-                raise error("scheduler_closed")
+                raise error("engine_failed" if self.failed else "scheduler_closed")
             slot = self._free_for(task, list(self.waiters))
             if slot is None:
                 if len(self.waiters) >= self.max_queue:
@@ -194,7 +198,7 @@ class Scheduler:
                     while True:
                         self.lock.wait(timeout=min(0.25, max(0.0, deadline - time.monotonic())))
                         if self.closed:
-                            raise error("scheduler_closed")
+                            raise error("engine_failed" if self.failed else "scheduler_closed")
                         if task.cancelled or (task.client_gone is not None and task.client_gone()):
                             self.metrics.cancelled.inc()
                             raise ClientGone()
@@ -235,14 +239,18 @@ class Scheduler:
     # ------------------------------------------------------------------ the engine thread
 
     def _release(self, task: Task, outcome: str) -> None:
+        """Free the task's slot, whatever else fails: a slot left busy would starve every later
+        request for it."""
         if self.on_release is not None:
             try:
                 self.on_release(task.assigned)
             except Exception:  # persistence must never fail a request
-                import logging
-
-                logging.getLogger("colibri.server").exception("saving slot %d failed", task.assigned)
-        held = np.asarray(self.engine.slot_tokens(task.assigned), np.intc)
+                log.exception("saving slot %d failed (%s)", task.assigned, task.request_id or "-")
+        try:
+            held = np.asarray(self.engine.slot_tokens(task.assigned), np.intc)
+        except Exception:  # an unreadable slot is treated as empty: no prefix will be reused from it
+            log.exception("reading slot %d failed (%s)", task.assigned, task.request_id or "-")
+            held = np.zeros(0, np.intc)
         with self.lock:
             self.history[task.assigned] = held
             self.busy.discard(task.assigned)
@@ -261,6 +269,9 @@ class Scheduler:
             self._release(task, "completed")
 
     def _fail(self, task: Task, exc: BaseException) -> None:
+        """Fail this task alone: its own error event, its slot freed, the fault logged."""
+        log.error("engine fault for %s in slot %d: %s: %s", task.request_id or "a request", task.assigned,
+                  type(exc).__name__, exc, exc_info=exc)
         task.events.put(("error", exc))
         self._release(task, "cancelled" if task.cancelled else "failed")
 
@@ -285,6 +296,28 @@ class Scheduler:
                                       "queue_wait": task.queue_wait, "echo": echo}))
 
     def _run(self) -> None:
+        """The engine thread, supervised: should its loop itself break (a bug outside any one
+        task's work), every admitted and waiting request fails with 503 engine_failed, /health
+        says so, and the server refuses new work instead of letting it wait forever."""
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - the supervisor's whole point
+            log.critical("the engine thread stopped: %s: %s", type(exc).__name__, exc, exc_info=exc)
+            with self.lock:
+                self.failed = f"{type(exc).__name__}: {exc}"
+                self.closed = True
+                pending = list(self.to_prefill) + list(self.decoding)
+                self.to_prefill.clear()
+                self.decoding.clear()
+                self.lock.notify_all()
+            for task in pending:
+                task.events.put(("error", error("engine_failed")))
+                with self.lock:
+                    self.busy.discard(task.assigned)
+                    self.metrics.failed.inc()
+                    self.metrics.active.set(len(self.busy))
+
+    def _loop(self) -> None:
         while True:
             with self.lock:
                 while not self.to_prefill and not self.decoding and not self.closed:
@@ -304,12 +337,7 @@ class Scheduler:
                     self._fail(task, exc)
             if self.step_delay:
                 time.sleep(self.step_delay)
-            try:
-                self._step()
-            except Exception as exc:
-                for task in self.decoding:
-                    self._fail(task, exc)
-                self.decoding.clear()
+            self._step()
 
     def _step(self) -> None:
         """Sample a token for every decoding task (one call for the batch), then advance the ones
@@ -323,12 +351,10 @@ class Scheduler:
                 live.append(task)
         if not live:
             return
-        rng = np.array([t.rng for t in live], np.uint64)
-        tokens = self._sample_rows(np.stack([t.logits for t in live]),
-                                   np.array([t.temperature for t in live], np.float32),
-                                   np.array([t.top_p for t in live], np.float32), rng).tolist()
         go: list[Task] = []
-        for task, token, state in zip(live, tokens, rng.tolist(), strict=True):
+        for task, token, state in self._sample(live):
+            if token is None:  # this task's own sampling failed; it has been failed alone
+                continue
             task.rng = state
             if token in task.end_tokens:
                 self.decoding.remove(task)
@@ -346,9 +372,47 @@ class Scheduler:
             task.next_token = token
             go.append(task)
         if go:
+            self._decode(go)
+
+    def _sample(self, live: list[Task]) -> list[tuple[Task, int | None, int]]:
+        """One C call samples the batch; should it raise, each row is sampled alone so that only
+        the task whose own settings the sampler refuses fails."""
+        rng = np.array([t.rng for t in live], np.uint64)
+        try:
+            tokens = self._sample_rows(np.stack([t.logits for t in live]),
+                                       np.array([t.temperature for t in live], np.float32),
+                                       np.array([t.top_p for t in live], np.float32), rng).tolist()
+            return list(zip(live, tokens, rng.tolist(), strict=True))
+        except Exception:
+            out: list[tuple[Task, int | None, int]] = []
+            for task in live:
+                one = np.array([task.rng], np.uint64)
+                try:
+                    token = self._sample_rows(task.logits[None, :], np.array([task.temperature], np.float32),
+                                              np.array([task.top_p], np.float32), one).tolist()[0]
+                    out.append((task, token, int(one[0])))
+                except Exception as exc:
+                    self.decoding.remove(task)
+                    self._fail(task, exc)
+                    out.append((task, None, task.rng))
+            return out
+
+    def _decode(self, go: list[Task]) -> None:
+        """The batched decode step; should it raise, each task steps alone (batched rows are
+        bit-identical to single-slot steps), and only a task whose own step fails is failed."""
+        try:
             logits = self.engine.decode([t.assigned for t in go], [t.next_token for t in go])
             for t, row in zip(go, logits, strict=True):
                 t.logits = row
+            return
+        except Exception:
+            pass
+        for t in go:
+            try:
+                t.logits = self.engine.decode([t.assigned], [t.next_token])[0]
+            except Exception as exc:
+                self.decoding.remove(t)
+                self._fail(t, exc)
 
 
 class ClientGone(Exception):

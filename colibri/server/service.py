@@ -98,10 +98,10 @@ class Service:
         return Generation(self.scheduler, task, self.model.token_bytes, spec, client_gone)
 
     def task(self, prompt: list[int], body: dict[str, Any], *, max_new: int, slot: int | None,
-             prefer: int | None = None, logprobs_k: int = -1, echo: bool = False) -> Task:
+             prefer: int | None = None, logprobs_k: int = -1, echo: bool = False, request_id: str = "") -> Task:
         temperature = body.get("temperature")
         top_p = body.get("top_p")
         return Task(prompt=prompt, max_new=max_new, end_tokens=self.end_tokens,
                     temperature=1.0 if temperature is None else float(temperature),
                     top_p=1.0 if top_p is None else float(top_p), seed=body.get("seed"),
-                    top_k_logprobs=logprobs_k, echo=echo, slot=slot, prefer=prefer)
+                    top_k_logprobs=logprobs_k, echo=echo, slot=slot, prefer=prefer, request_id=request_id)

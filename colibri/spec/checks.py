@@ -104,7 +104,9 @@ def _type_samples(arg, chk):
     for _t, v in _WRONG_TYPE:
         if not has_type(v, arg):
             yield v, False
-            return
+            break
+    if "integer" in arg and "number" not in arg:
+        yield 1.0, False  # an integral value written as a number: not an integer (req.integer.literal)
 
 
 def _num(v):
@@ -137,6 +139,14 @@ def _range_samples(arg, chk):
         yield arg["exclusive_min"] + step, True
     if "exclusive_max" in arg:
         yield arg["exclusive_max"], False
+
+
+def _float32_ok(arg, v, loc, body, ctx):
+    """The value means the same to the engine, which samples with 32-bit floats: a non-zero
+    value does not round to zero (1e-46) and a finite one does not overflow (1e39)."""
+    if not _num(v) or v == 0:
+        return True
+    return 1.1754943508222875e-38 <= abs(v) <= 3.4028234663852886e38
 
 
 def _enum_ok(arg, v, loc, body, ctx):
@@ -244,6 +254,7 @@ KINDS: dict[str, tuple[Predicate, Sampler]] = {
     "type": (_type_ok, _type_samples),
     "range": (_range_ok, _range_samples),
     "enum": (_enum_ok, _enum_samples),
+    "float32": (_float32_ok, lambda a, c: [(1e-46, False)]),
     "length": (_length_ok, _length_samples),
     "refuse": (_refuse_ok, _refuse_samples),
     "requires": (_requires_ok, _none),
@@ -289,6 +300,8 @@ class CompiledCheck:
             article = {"integer": "an integer", "array": "an array", "object": "an object"}
             wanted = " or ".join(article.get(a, f"a {a}") for a in self.arg)
             return f"'{param}' must be {wanted}, not {article.get(json_type(value), 'a ' + json_type(value))}."
+        if self.kind == "float32":
+            return f"'{param}' must be 0 or a magnitude between 1.2e-38 and 3.4e38 (a 32-bit float), not {shown}."
         if self.kind == "range":
             lo = (f">= {self.arg['min']}" if "min" in self.arg else
                   f"> {self.arg['exclusive_min']}" if "exclusive_min" in self.arg else None)

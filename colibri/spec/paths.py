@@ -95,7 +95,10 @@ def delete_path(doc: Any, segments: tuple[str, ...]) -> tuple[str | int, ...] | 
 
 
 def json_type(value: Any) -> str:
-    """JSON Schema's type name; integral floats count as integer, as JSON Schema says."""
+    """The JSON type name. Unlike JSON Schema, a number written with a decimal point or an
+    exponent (1.0, 1e3) is a number, never an integer: an integer field means a count or an
+    index, and a server that reads 1.0 as 1 hands a float to code that indexes with it (the
+    rule req.integer.literal)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -103,7 +106,7 @@ def json_type(value: Any) -> str:
     if isinstance(value, int):
         return "integer"
     if isinstance(value, float):
-        return "integer" if value.is_integer() else "number"
+        return "number"
     if isinstance(value, str):
         return "string"
     if isinstance(value, list):

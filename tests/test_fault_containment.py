@@ -1,0 +1,74 @@
+"""A fault in one request's engine work fails that request alone (rule ops.engine.supervised):
+its batch-mates get exactly the tokens they get alone, its slot is freed, the fault is logged
+with its request id. These tasks bypass validation on purpose: the sampler's own refusal of a
+setting stands in for any engine fault a request could cause."""
+from __future__ import annotations
+
+import logging
+
+from colibri.model import Model
+from colibri.server.scheduler import Scheduler, Task
+
+PROMPT = list(range(30, 50))
+
+
+def collect(task: Task) -> tuple[list[int], str]:
+    tokens = []
+    while True:
+        kind, payload = task.events.get(timeout=30)
+        if kind == "token":
+            tokens.append(payload.token)
+        elif kind in ("done", "error"):
+            return tokens, kind if kind == "error" else payload
+
+
+def test_a_task_the_sampler_refuses_fails_alone_and_its_batch_mate_is_unchanged(caplog):
+    s = Scheduler(Model().engine(n_slots=2), n_slots=2, step_delay=0.002)
+    try:
+        alone = Task(prompt=PROMPT, max_new=24, end_tokens=frozenset(), temperature=0.0)
+        s.admit(alone)
+        want = collect(alone)
+
+        good = Task(prompt=PROMPT, max_new=24, end_tokens=frozenset(), temperature=0.0)
+        bad = Task(prompt=[7, 8, 9], max_new=24, end_tokens=frozenset(), temperature=1.0, top_p=0.0,
+                   request_id="req_bad")  # top_p 0: the C sampler refuses it
+        with caplog.at_level(logging.ERROR, logger="colibri.server"):
+            s.admit(good)
+            s.admit(bad)
+            got_bad = collect(bad)
+            got_good = collect(good)
+        assert got_bad[1] == "error"
+        assert got_good == want  # same tokens, same finish, as alone
+        assert any("req_bad" in r.getMessage() for r in caplog.records)
+        snap = s.snapshot()
+        assert snap["active"] == 0 and snap["failed"] == 1 and snap["completed"] == 2
+        assert s.thread.is_alive()
+    finally:
+        s.close()
+
+
+def test_a_broken_engine_loop_fails_pending_work_with_engine_failed_and_refuses_new_work():
+    s = Scheduler(Model().engine(n_slots=1), n_slots=1)
+
+    def boom() -> None:
+        raise RuntimeError("loop bug")
+
+    s._step = boom  # type: ignore[method-assign]
+    try:
+        t = Task(prompt=PROMPT, max_new=4, end_tokens=frozenset(), temperature=0.0)
+        s.admit(t)
+        kind, payload = t.events.get(timeout=10)
+        while kind == "accepted":
+            kind, payload = t.events.get(timeout=10)
+        assert kind == "error" and payload.code == "engine_failed"
+        s.thread.join(timeout=10)
+        assert not s.thread.is_alive() and s.failed == "RuntimeError: loop bug"
+        try:
+            s.admit(Task(prompt=PROMPT, max_new=4, end_tokens=frozenset()))
+        except Exception as e:  # noqa: BLE001
+            assert getattr(e, "code", None) == "engine_failed" and getattr(e, "status", None) == 503
+        else:
+            raise AssertionError("admitted after the engine thread stopped")
+        assert s.snapshot()["active"] == 0
+    finally:
+        s.close()
