@@ -23,7 +23,7 @@ def _rewrite(app: WSGIApp, *, request: Callable[[str, Body], Body] | None = None
             raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
             try:
                 body = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 body = None
             if request is not None and isinstance(body, dict):
                 body = request(path, body)
@@ -53,7 +53,7 @@ def _json_response(fn: Callable[[str, Body | None, dict[str, Any]], None]) -> Ca
         if any(k.lower() == "content-type" and v.startswith("application/json") for k, v in headers):
             try:
                 doc = json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return status, headers, data
             fn(path, body, doc)
             data = json.dumps(doc).encode()
@@ -216,7 +216,8 @@ MUTANTS: dict[str, tuple[Callable[[WSGIApp], WSGIApp], set[str]]] = {
     "role-chunk-missing": (lambda a: _rewrite(a, response=_sse_response(_no_role_chunk)), {"chat.stream.role-first"}),
     "anthropic-out-of-order": (lambda a: _rewrite(a, response=_sse_response(_anthropic_out_of_order)),
                                {"msgs.stream.event_order", "msgs.stream.stop_reason.tool_use"}),
-    "500-for-malformed-json": (lambda a: _rewrite(a, response=_server_error_on_bad_json), {"body.json.invalid"}),
+    "500-for-malformed-json": (lambda a: _rewrite(a, response=_server_error_on_bad_json),
+                               {"body.json.invalid", "body.json.limits"}),
     "top-logprobs-33-accepted": (lambda a: _rewrite(a, request=_clamp_top_logprobs), {"chat.top_logprobs.range"}),
     "request-id-missing": (lambda a: _rewrite(a, response=_drop_header("x-request-id")), {"err.request-id"}),
     "n-ignored": (lambda a: _rewrite(a, request=_drop_keys("n")), {"req.n.one"}),

@@ -59,7 +59,7 @@ class Misbehaving(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         try:
             req = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             req = {}
         mode = self.mode
         if mode == "reset":

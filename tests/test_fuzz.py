@@ -64,7 +64,7 @@ def test_property_phase_predicts_refusals_without_the_servers_validator(pool):
     the mutation itself (the check and the path), not by asking the server's own validator."""
     wrap, _ = MUTANTS["n-ignored"]
     broken = ServerPool(wrap=wrap)
-    findings = property_phase(SPEC, broken.target({}), 60)
+    findings = property_phase(SPEC, broken.target({}), 250)
     broken.close()
     predicted = [f for f in findings if f.source == "property:predicted_refusal"]
     assert {f.rule_id for f in predicted} == {"req.n.one"}, [f.to_dict() for f in findings]

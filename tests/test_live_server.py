@@ -144,7 +144,7 @@ def test_auth_host_cors_and_limits():
         assert status == 403 and json.loads(body)["error"]["code"] == "forbidden_host"
         assert "--allowed-host" in json.loads(body)["error"]["message"]
         h = get_json(base, "/health")
-        assert h == {"status": "ok"}
+        assert h == {"status": "ok", "engine": "ok"}
         req = urllib.request.Request(base + "/v1/models", headers={"Authorization": "Bearer sekrit",
                                                                    "Origin": "https://evil.example"})
         with urllib.request.urlopen(req) as r:
