@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from colibri.spec.model import Vector
+from colibri.spec.model import Vector, deep_merge
 from colibri.spec.vectors import expand_model
 
 from .exchange import Exchange, TransportError
@@ -26,6 +26,17 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "tools": ("chat", {"tools": [{"type": "function", "function": {
         "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]},
         "chat accepts tools"),
+    # What a client's settings depend on (the compat block of each report)
+    "developer_role": ("chat", {"messages": [{"role": "developer", "content": "Answer briefly."},
+                                             {"role": "user", "content": "Repeat exactly: hello"}]},
+                       "chat accepts the developer role"),
+    "max_completion_tokens": ("chat", {"max_tokens": {"$delete": True}, "max_completion_tokens": 8},
+                              "chat accepts max_completion_tokens"),
+    "store": ("chat", {"store": False}, "chat accepts store"),
+    "reasoning_effort": ("chat", {"reasoning_effort": "low"}, "chat accepts reasoning_effort"),
+    "zai_thinking": ("chat", {"thinking": {"type": "disabled"}}, "chat accepts thinking: {type} (Z.ai style)"),
+    "stream_usage": ("chat", {"stream": True, "stream_options": {"include_usage": True}},
+                     "chat streams accept stream_options.include_usage"),
     "health": ("health", {}, "GET /health answers"),
     "metrics": ("metrics", {}, "GET /metrics answers Prometheus text"),
 }
@@ -59,10 +70,17 @@ def _state(name: str, ex: Exchange) -> tuple[str, str]:
     if name == "metrics":
         ok = "text/plain" in (ex.header("content-type") or "") or ex.body.startswith(b"#")
         return ("served", "Prometheus text") if ok else ("absent", "200 but no Prometheus text")
-    if name == "streaming" and not ex.is_sse:
+    if name in ("streaming", "stream_usage") and not ex.is_sse:
         return "ignored", "answered 200 without text/event-stream"
     if name == "streaming":
         return "served", "200"
+    if name == "stream_usage":
+        events = [e for e in ex.events() if e.data != "[DONE]"]
+        try:
+            usage = any(isinstance(e.json(), dict) and e.json().get("usage") for e in events)
+        except ValueError:
+            usage = False
+        return ("served", "a usage chunk") if usage else ("ignored", "200 without a usage chunk")
     if name == "health":  # the health rules read a JSON snapshot; a plain "OK" is not one
         try:
             ok = isinstance(ex.json(), dict)
@@ -94,7 +112,7 @@ class Capabilities:
             ep = spec.endpoints[endpoint]
             body = None
             if ep.method == "POST":
-                body = json.dumps(dict(expand_model(ep.minimal_request, model), **extra)).encode()
+                body = json.dumps(deep_merge(expand_model(ep.minimal_request, model), extra)).encode()
             try:
                 ex = target.send(ep.method, ep.path, body, {})
             except TransportError as e:

@@ -35,8 +35,57 @@ def _facts(results: list[RuleResult]) -> dict[str, str]:
     return {rr.rule.id: rr.outcome for rr in results}
 
 
-def compat_profile(results: list[RuleResult]) -> dict[str, Any]:
-    """What a client author needs to know about the target, from the rules' outcomes."""
+def client_settings(discovery: dict[str, Any]) -> dict[str, Any]:
+    """The settings a client needs for the target, from what its probes accepted: pi's `compat`
+    flags and the OpenAI SDK's choices. A request built from them (`request_from_settings`)
+    must succeed on the target, which is how they are tested."""
+    def accepted(name: str) -> bool:
+        return (discovery.get(name) or {}).get("state") == "served"
+
+    effort, zai = accepted("reasoning_effort"), accepted("zai_thinking")
+    max_field = "max_completion_tokens" if accepted("max_completion_tokens") else "max_tokens"
+    return {
+        "pi_compat": {
+            "supportsDeveloperRole": accepted("developer_role"),
+            "supportsStore": accepted("store"),
+            "maxTokensField": max_field,
+            "supportsUsageInStreaming": accepted("stream_usage"),
+            "supportsReasoningEffort": effort,
+            # reasoning_effort is the portable knob; thinking: {type} only where it is all there is
+            "thinkingFormat": "openai" if effort else "zai" if zai else None,
+        },
+        "openai_sdk": {
+            "max_tokens_parameter": max_field,
+            "stream_options": {"include_usage": True} if accepted("stream_usage") else None,
+            "streaming": accepted("streaming"),
+            "logprobs": accepted("logprobs"),
+            "tools": accepted("tools"),
+            "anthropic_messages": accepted("messages"),
+        },
+    }
+
+
+def request_from_settings(settings: dict[str, Any], model: str) -> dict[str, Any]:
+    """A chat request that uses every setting the block allows, as a client configured by it
+    would send."""
+    pi = settings["pi_compat"]
+    first = {"role": "developer" if pi["supportsDeveloperRole"] else "system", "content": "Answer briefly."}
+    body: dict[str, Any] = {"model": model, "messages": [first, {"role": "user", "content": "Repeat exactly: hello"}],
+                            pi["maxTokensField"]: 16, "temperature": 0}
+    if pi["supportsStore"]:
+        body["store"] = False
+    if pi["thinkingFormat"] == "openai":
+        body["reasoning_effort"] = "low"
+    elif pi["thinkingFormat"] == "zai":
+        body["thinking"] = {"type": "disabled"}
+    if pi["supportsUsageInStreaming"]:
+        body.update(stream=True, stream_options={"include_usage": True})
+    return body
+
+
+def compat_profile(results: list[RuleResult], discovery: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a client author needs to know about the target: facts from the rules' outcomes and
+    the client settings from the capability probes."""
     f = _facts(results)
 
     def ok(rule_id: str) -> bool | None:
@@ -63,13 +112,9 @@ def compat_profile(results: list[RuleResult]) -> dict[str, Any]:
         "stop_up_to_4": ok("stop.shape"), "anthropic_messages": ok("msgs.response.shape"),
         "error_envelope_openai": ok("err.envelope.openai"), "stream_done_sentinel": ok("chat.stream.done_sentinel"),
     }
-    profile["pi_compat"] = {
-        "supportsDeveloperRole": bool(profile["developer_role"]),
-        "supportsStore": False,
-        "maxTokensField": "max_completion_tokens" if profile["max_completion_tokens"] else "max_tokens",
-        "supportsUsageInStreaming": bool(profile["usage_in_streams"]),
-        "supportsReasoningEffort": ok("reasoning.effort.values") is True,
-    }
+    settings = client_settings(discovery or {})
+    profile["pi_compat"] = settings["pi_compat"]
+    profile["openai_sdk"] = settings["openai_sdk"]
     return profile
 
 
@@ -81,7 +126,7 @@ def to_json(results: list[RuleResult], meta: dict[str, Any], redact: str | None 
         "rules": [{"id": rr.rule.id, "title": rr.rule.title, "level": rr.rule.level, "kind": rr.rule.kind,
                    "outcome": rr.outcome, **({"reason": rr.reason} if rr.reason else {}),
                    "vectors": [_vector_doc(v, redact) for v in rr.vectors]} for rr in results],
-        "compat": compat_profile(results),
+        "compat": compat_profile(results, meta.get("discovery")),
     }
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 from live_server import live_server
 
 from conformance.cli import main
+from conformance.report import request_from_settings
 from conformance.suite import PROFILES_ALL
 
 pytestmark = pytest.mark.integration
@@ -17,7 +19,12 @@ def test_the_reference_server_over_http_passes_every_rule_it_can_run(tmp_path):
     with live_server("--api-key", "k-123") as base:
         args = ["-q", "--base-url", base + "/v1", "--api-key", "k-123", "--strict", "--json", str(tmp_path / "r.json")]
         code = main(args + [x for p in PROFILES_ALL for x in ("--profile", p)])
-    doc = json.loads((tmp_path / "r.json").read_text())
+        doc = json.loads((tmp_path / "r.json").read_text())
+        # The client settings derived from the run work: a request built from them succeeds.
+        body = request_from_settings(doc["compat"], doc["model"])
+        r = httpx.post(base + "/v1/chat/completions", json=body, headers={"Authorization": "Bearer k-123"})
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+        assert body["max_completion_tokens"] == 16 and body["messages"][0]["role"] == "developer"
     bad = {r["id"]: r["outcome"] for r in doc["rules"] if r["outcome"] not in ("PASS", "SKIPPED")}
     assert code == 0 and not bad, bad
     assert doc["contract"] == "strict" and doc["model"] == "colibri-tiny"
