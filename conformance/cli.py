@@ -5,6 +5,7 @@
     colibri-conform matrix a.json b.json --html out/  # several servers side by side
     colibri-conform diff old.json new.json            # regressions and fixes by rule id
     colibri-conform replay RULE[VECTOR] --base-url U  # re-run one case
+    colibri-conform compat REPORTS --out docs/compat  # the published matrix from the peers harness
 
 Exit codes: 0 every selected MUST rule passed; 1 failures; 2 usage or configuration error;
 3 nothing selected, or the target is unreachable.
@@ -300,7 +301,9 @@ def cmd_replay(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    sub = {"matrix": cmd_matrix, "diff": cmd_diff, "replay": cmd_replay}
+    from .compat import main as cmd_compat
+
+    sub = {"matrix": cmd_matrix, "diff": cmd_diff, "replay": cmd_replay, "compat": cmd_compat}
     if argv and argv[0] in sub:
         return sub[argv[0]](argv[1:])
     try:

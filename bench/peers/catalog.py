@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cachedir import CACHE, dist_version, ensure_venv, venv_dir, venv_ready
-from llamacpp_build import LLAMA_SERVER, ensure_llama_server, ensure_sdist, llama_server_version
+from llamacpp_build import (
+    COMPILER_ENV,
+    LLAMA_SERVER,
+    ensure_llama_server,
+    ensure_sdist,
+    llama_server_built,
+    llama_server_version,
+)
 from smollm2 import GGUF, HF_DIR, ensure_gguf, ensure_hf_dir
 
 ALIAS = "smollm2"  # the served model id, wherever a server lets us choose it
@@ -32,6 +39,11 @@ class Peer:
     ready_path: str = "/v1/models"  # polled until it answers 200
     ready_timeout: float = 120.0
     env: dict[str, str] = field(default_factory=dict)
+
+
+def _run_dir(name: str) -> Path:
+    """Where a server runs (its cwd): some write caches or databases into their current folder."""
+    return CACHE / "run" / name
 
 
 def _bin(venv: str, script: str) -> str:
@@ -78,7 +90,9 @@ def _mockllm_argv(port: int) -> list[str]:
 
 MOCKLLM = Peer(
     name="mockllm",
-    install=lambda: ensure_venv("mockllm", "mockllm", ["mockllm"]),
+    # Pinned: CI compares this server's verdicts with the committed matrix (docs/compat/), which
+    # names the version; a new release is a deliberate update of both.
+    install=lambda: ensure_venv("mockllm", "mockllm", ["mockllm==0.0.8"]),
     installed=lambda: venv_ready("mockllm", "mockllm"),
     argv=_mockllm_argv,
     model="gpt-3.5-turbo",  # one of the ids in its built-in registry; it has no way to add another
@@ -114,7 +128,7 @@ def _litellm_argv(port: int) -> list[str]:
 
 LITELLM = Peer(
     name="litellm",
-    install=lambda: ensure_venv("litellm", "litellm", ["litellm[proxy]"]),
+    install=lambda: ensure_venv("litellm", "litellm", ["litellm[proxy]==1.108.7"]),  # pinned, as mockllm
     installed=lambda: venv_ready("litellm", "litellm"),
     argv=_litellm_argv,
     model="mock-gpt",
@@ -132,13 +146,24 @@ def _install_transformers() -> None:
     ensure_hf_dir(venv_dir("transformers") / "bin" / "python")
 
 
+def _transformers_argv(port: int) -> list[str]:
+    # It has no served-name option: the model id is the path it was given. A link named like the
+    # alias in its working folder (its cwd) makes that id "smollm2", as on the other peers.
+    link = _run_dir("transformers") / ALIAS
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() and link.readlink() != HF_DIR:
+        link.unlink()  # the cache folder moved
+    if not link.is_symlink():
+        link.symlink_to(HF_DIR, target_is_directory=True)
+    return [_bin("transformers", "transformers"), "serve", "--host", "127.0.0.1", "--port", str(port), ALIAS]
+
+
 TRANSFORMERS = Peer(
     name="transformers",
     install=_install_transformers,
     installed=lambda: venv_ready("transformers", "transformers") and (HF_DIR / "model.safetensors").exists(),
-    argv=lambda port: [_bin("transformers", "transformers"), "serve", "--host", "127.0.0.1", "--port", str(port),
-                       str(HF_DIR)],
-    model=str(HF_DIR),  # it has no served-name option: the id is the path it was given
+    argv=_transformers_argv,
+    model=ALIAS,
     version=lambda: dist_version(venv_dir("transformers"), "transformers"),
     ready_timeout=300,
     env=OFFLINE,
@@ -155,7 +180,7 @@ def _install_llama_server() -> None:
 LLAMA_SERVER_PEER = Peer(
     name="llama-server",
     install=_install_llama_server,
-    installed=lambda: LLAMA_SERVER.exists() and GGUF.exists(),
+    installed=lambda: llama_server_built() and GGUF.exists(),
     argv=lambda port: [str(LLAMA_SERVER), "-m", str(GGUF), "--alias", ALIAS, "-c", "2048", "-np", "1", "-t", "2",
                        "--jinja", "--host", "127.0.0.1", "--port", str(port)],
     model=ALIAS,
@@ -169,8 +194,10 @@ LLAMA_SERVER_PEER = Peer(
 def _install_llama_cpp_python() -> None:
     ensure_gguf()
     sdist = ensure_sdist()  # same sdist as llama-server: one llama.cpp revision for both
-    ensure_venv("llama-cpp-python", "python", ["--find-links", str(sdist.parent), "llama-cpp-python[server]"],
-                env={"CMAKE_BUILD_PARALLEL_LEVEL": "2"})  # 2 cores: never more compile jobs than that
+    # --no-cache-dir: pip's wheel cache would reuse a wheel built with other compiler flags.
+    ensure_venv("llama-cpp-python", "python", ["--no-cache-dir", "--find-links", str(sdist.parent),
+                                               "llama-cpp-python[server]"],
+                env={"CMAKE_BUILD_PARALLEL_LEVEL": "2", **COMPILER_ENV})  # 2 cores: at most 2 compile jobs
 
 
 LLAMA_CPP_PYTHON = Peer(
@@ -230,5 +257,4 @@ PEERS: dict[str, Peer] = {p.name: p for p in (COLIBRI, MOCKLLM, LITELLM, TRANSFO
 
 
 def working_dir(peer: Peer) -> Path:
-    """Where a server runs: some write caches or databases into their current folder."""
-    return CACHE / "run" / peer.name
+    return _run_dir(peer.name)

@@ -18,9 +18,17 @@ BUILD = CACHE / "llama.cpp" / "build"
 LLAMA_SERVER = BUILD / "bin" / "llama-server"
 LLAMA_BENCH = BUILD / "bin" / "llama-bench"
 
+FLAGS_STAMP = BUILD / "colibri-peers-flags.txt"  # the flags the binaries were built with
+
 # No tests, no examples, no network code: the server only reads a local GGUF.
 CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
                "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF"]
+
+# This VM's CPU advertises AMX, so ggml's -march=native build turns on its AMX kernels, and those
+# segfault on the first matmul of the Q4_1 model (in ggml_backend_amx_mul_mat). AVX-512 is kept.
+# Also given to the llama-cpp-python build, which compiles the same ggml.
+COMPILER_ENV = {"CFLAGS": "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+                "CXXFLAGS": "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"}
 
 
 def ensure_sdist() -> Path:
@@ -34,8 +42,18 @@ def ensure_sdist() -> Path:
     return sorted(SRC.glob("llama_cpp_python-*.tar.gz"))[-1]
 
 
+def _flags() -> str:
+    return " ".join([*CMAKE_FLAGS, *(f"{k}={v}" for k, v in COMPILER_ENV.items())])
+
+
+def llama_server_built() -> bool:
+    """Both binaries exist and were built with today's flags (else a flag fix would never take effect)."""
+    return (LLAMA_SERVER.exists() and LLAMA_BENCH.exists() and FLAGS_STAMP.exists()
+            and FLAGS_STAMP.read_text() == _flags())
+
+
 def ensure_llama_server() -> Path:
-    if LLAMA_SERVER.exists() and LLAMA_BENCH.exists():
+    if llama_server_built():
         return LLAMA_SERVER
     sdist = ensure_sdist()
     tree = SRC / sdist.name.removesuffix(".tar.gz")
@@ -45,14 +63,17 @@ def ensure_llama_server() -> Path:
             t.extractall(SRC, filter="data")
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     with step(f"llama-server + llama-bench (cmake {' '.join(generator) or 'make'}, -j2) into {BUILD}"):
+        shutil.rmtree(BUILD, ignore_errors=True)  # CFLAGS are read only when the cache is first made
         sh(["cmake", "-S", tree / "vendor" / "llama.cpp", "-B", BUILD, *generator, *CMAKE_FLAGS],
-           "llama-server-install")
-        sh(["cmake", "--build", BUILD, "--target", "llama-server", "llama-bench", "-j2"], "llama-server-install")
+           "llama-server-install", env=COMPILER_ENV)
+        sh(["cmake", "--build", BUILD, "--target", "llama-server", "llama-bench", "-j2"], "llama-server-install",
+           env=COMPILER_ENV)
+        FLAGS_STAMP.write_text(_flags())
     return LLAMA_SERVER
 
 
 def llama_server_version() -> str:
-    """`llama-server --version` prints e.g. 'version: 6568 (3ecb2f67)' on stderr."""
+    """`llama-server --version` prints e.g. 'version: 0.5.0-dev (build 1, commit 0c1e570)' on stderr."""
     out = subprocess.run([str(LLAMA_SERVER), "--version"], capture_output=True, text=True, timeout=30)
     for line in (out.stdout + out.stderr).splitlines():
         if line.startswith("version:"):

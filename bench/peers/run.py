@@ -60,8 +60,8 @@ def serving(peer: Peer) -> tuple[subprocess.Popen, str, float]:
     return proc, base, startup
 
 
-def conform(peer: Peer, out: Path, extra: list[str]) -> int:
-    """Install, start, run colibri-conform, always stop; write NAME.meta.json. Return conform's exit code."""
+def conform(peer: Peer, out: Path, extra: list[str]) -> dict:
+    """Install, start, run colibri-conform, always stop; write NAME.meta.json and return its content."""
     ensure_installed(peer)
     version = peer.version()
     proc, base, startup = serving(peer)
@@ -76,13 +76,31 @@ def conform(peer: Peer, out: Path, extra: list[str]) -> int:
         wall = time.monotonic() - t0
         meta = {"name": peer.name, "version": version, "model": peer.model, "started": started,
                 "wall_seconds": round(wall, 2), "exit_code": code, "command": cmd,
-                "startup_seconds": round(startup, 2)}
+                "startup_seconds": round(startup, 2),
+                "client_settings_request": client_settings_request(out / f"{peer.name}.json", base, peer.model)}
         (out / f"{peer.name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         say(f"{peer.name}: colibri-conform exited {code} after {wall:.1f} s")
-        return code
+        return meta
     finally:
         stop(proc)
         say(f"{peer.name}: stopped")
+
+
+def client_settings_request(report: Path, base: str, model: str) -> dict:
+    """Send the chat request a client configured by the report's client settings would send;
+    the settings are right only if it succeeds."""
+    import httpx
+
+    from conformance.report import request_from_settings
+
+    try:
+        body = request_from_settings(json.loads(report.read_text())["compat"], model)
+        r = httpx.post(base + "/v1/chat/completions", json=body, timeout=300)
+        result = {"request": body, "status": r.status_code, "body_start": r.text[:200]}
+    except (OSError, ValueError, KeyError, httpx.HTTPError) as e:
+        result = {"status": 0, "error": f"{type(e).__name__}: {e}"}
+    say(f"client settings request: {result.get('status')}")
+    return result
 
 
 def serve_forever(peer: Peer) -> None:
@@ -100,10 +118,19 @@ def serve_forever(peer: Peer) -> None:
 
 def list_peers() -> None:
     print(f"cache: {CACHE}")
+    print(f"{'peer':18} {'installed':10} {'version':38} model")
     for peer in PEERS.values():
         installed = peer.installed()
         version = peer.version() if installed else "-"
-        print(f"{peer.name:18} installed={'yes' if installed else 'no ':3}  version={version:14} model={peer.model}")
+        print(f"{peer.name:18} {'yes' if installed else 'no':10} {version:38} {peer.model}")
+
+
+def summary(metas: list[dict], failed: list[str]) -> None:
+    for m in metas:
+        say(f"  {m['name']:18} {m['version']:38} up in {m['startup_seconds']:6.1f} s, "
+            f"conform exit {m['exit_code']} in {m['wall_seconds']:7.1f} s")
+    for name in failed:
+        say(f"  {name:18} FAILED (see above)")
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -115,6 +142,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "peers", help="report folder (default: %(default)s)")
     p.add_argument("--list", action="store_true", help="list the peers, whether installed, their versions")
     p.add_argument("--serve", action="store_true", help="start the one --only peer and keep it up until Ctrl-C")
+    p.add_argument("--compat", type=Path, metavar="DIR",
+                   help="afterwards, regenerate the published matrix in DIR (docs/compat) from OUT")
+    p.add_argument("--check", type=Path, metavar="DIR",
+                   help="afterwards, fail unless every run's verdicts equal DIR/verdicts/ (docs/compat) and its "
+                        "client-settings request succeeded (what CI runs on the light peers)")
     args = p.parse_args(ours)
     if args.serve and len(args.only or []) != 1:
         p.error("--serve needs exactly one --only NAME")
@@ -129,8 +161,8 @@ def main(argv: list[str]) -> int:
         list_peers()
         return EXIT_OK
     selected = [PEERS[name] for name in (args.only or PEERS)]
-    args.out.mkdir(parents=True, exist_ok=True)
     failed: list[str] = []
+    metas: list[dict] = []
     for peer in selected:
         try:
             if args.serve:
@@ -138,14 +170,30 @@ def main(argv: list[str]) -> int:
             elif args.install_only:
                 ensure_installed(peer)
                 say(f"{peer.name}: installed, version {peer.version()}")
-            elif conform(peer, args.out, extra) >= 2:  # 2 usage, 3 unreachable: no verdict at all
-                failed.append(peer.name)
+            else:
+                args.out.mkdir(parents=True, exist_ok=True)
+                metas.append(conform(peer, args.out, extra))
+                if metas[-1]["exit_code"] >= 2:  # 2 usage, 3 unreachable: no verdict at all
+                    failed.append(peer.name)
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             say(f"{peer.name}: FAILED: {e}")
             failed.append(peer.name)
+    summary(metas, [n for n in failed if n not in {m["name"] for m in metas}])
     if failed:
-        say(f"failed: {', '.join(failed)}")
         return EXIT_PEER_FAILED
+    if args.compat:
+        from conformance.compat import main as compat
+
+        if compat([str(args.out), "--out", str(args.compat)]) != 0:
+            return EXIT_PEER_FAILED
+    if args.check:
+        from conformance.compat import main as compat
+
+        bad = [m["name"] for m in metas if m["client_settings_request"].get("status") != 200]
+        for name in bad:
+            say(f"{name}: the request built from its client settings did not succeed")
+        if compat([str(args.out), "--check", str(args.check)]) != 0 or bad:
+            return EXIT_PEER_FAILED
     return EXIT_OK
 
 
