@@ -17,6 +17,7 @@ from .runner import Result
 #: probe name -> (endpoint, extra request fields, what it tells)
 PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "models": ("models", {}, "GET /v1/models lists models"),
+    "model": ("model", {}, "GET /v1/models/{model} retrieves the served model"),
     "chat": ("chat", {}, "POST /v1/chat/completions answers"),
     "completions": ("completions", {}, "POST /v1/completions answers"),
     "messages": ("messages", {}, "POST /v1/messages (Anthropic) answers"),
@@ -41,7 +42,7 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "metrics": ("metrics", {}, "GET /metrics answers Prometheus text"),
 }
 #: The endpoints whose absence makes every vector sent to them UNSUPPORTED.
-ENDPOINT_PROBES = {"models": "models", "model": "models", "chat": "chat", "completions": "completions",
+ENDPOINT_PROBES = {"models": "models", "model": "model", "chat": "chat", "completions": "completions",
                    "messages": "messages", "render": "render", "health": "health", "metrics": "metrics"}
 
 
@@ -114,7 +115,7 @@ class Capabilities:
             if ep.method == "POST":
                 body = json.dumps(deep_merge(expand_model(ep.minimal_request, model), extra)).encode()
             try:
-                ex = target.send(ep.method, ep.path, body, {})
+                ex = target.send(ep.method, ep.path.replace("{model}", model), body, {})
             except TransportError as e:
                 found[name] = Finding(name, "error", 0, f"transport: {e}", e.exchange)
                 continue
