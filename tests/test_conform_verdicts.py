@@ -8,8 +8,15 @@ import json
 import pytest
 
 from colibri.spec import load_spec
-from conformance.checks import CheckContext, CheckFailure, error_envelope, evaluate, logprob_join, \
-    text_offset_chars, usage_chunk_last
+from conformance.checks import (
+    CheckContext,
+    CheckFailure,
+    error_envelope,
+    evaluate,
+    logprob_join,
+    text_offset_chars,
+    usage_chunk_last,
+)
 from conformance.discovery import Capabilities, Finding
 from conformance.exchange import Exchange
 
