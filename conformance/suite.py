@@ -118,15 +118,25 @@ def fold(rule: Any, results: list[VectorResult]) -> str:
     return "PASS" if "PASS" in outs else "SKIPPED"
 
 
-def _unsupported(res: Result, vector: Vector) -> bool:
+#: Profiles that name an optional capability: a clean refusal of a request using one means the
+#: server does not offer it (vLLM refuses tools unless started with a tool parser).
+CAPABILITIES = {"tools", "reasoning", "logprobs", "continuation"}
+
+
+def _unsupported(res: Result, vector: Vector, rule: Any = None) -> bool:
+    """A valid request refused cleanly: a 4xx in a well-formed envelope whose code says
+    "unsupported", or any such refusal of a request that uses an optional capability."""
     ex = res.exchange
     if res.outcome != "FAIL" or ex is None or vector.expect["status"] >= 400 or not 400 <= ex.status < 500:
         return False
     try:
-        err = ex.json().get("error") or {}
-    except ValueError:
+        doc = ex.json()
+        err = doc.get("error") or {}
+    except (ValueError, AttributeError):
         return False
-    return err.get("code") in UNSUPPORTED_CODES
+    if not isinstance(err, dict) or not isinstance(err.get("message"), str):
+        return False
+    return err.get("code") in UNSUPPORTED_CODES or bool(rule is not None and CAPABILITIES & set(rule.profiles))
 
 
 def run_rule(spec: Any, rule: Any, target_for: Callable[[Vector], Any], sel: Selection,
@@ -162,8 +172,10 @@ def run_rule(spec: Any, rule: Any, target_for: Callable[[Vector], Any], sel: Sel
                 if res.outcome != "INCONCLUSIVE":
                     break
             assert res is not None
-            if _unsupported(res, vector):
-                res = Result("UNSUPPORTED", res.exchange, res.failure, "refused cleanly with an unsupported_* error")
+            if _unsupported(res, vector, rule):
+                res = Result("UNSUPPORTED", res.exchange, res.failure,
+                             f"refused cleanly with {res.exchange.status if res.exchange else '?'}: the server does "
+                             "not offer what this vector uses")
             results.append(VectorResult(vector, mode, res))
     return RuleResult(rule, fold(rule, results), results)
 

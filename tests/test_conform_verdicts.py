@@ -96,3 +96,22 @@ def test_an_unimplemented_model_retrieve_endpoint_is_unsupported_not_failed():
                                      "chat.stream.usage.final_chunk", "route.unknown-path", "models.get"])
 def test_the_rules_behind_those_verdicts_are_official(rule_id):
     assert "openai" in SPEC.by_id[rule_id].profiles
+
+
+def test_a_clean_refusal_of_an_optional_capability_is_unsupported_not_failed():
+    # vLLM without --enable-auto-tool-choice answers tools on /v1/messages with a clean 400.
+    from conformance.suite import Selection, run_rule
+
+    class Refuses:
+        model = "m"
+
+        def send(self, method, path, body=None, headers=None, **kw):
+            return Exchange(method, path, {}, body, 400, {"content-type": "application/json"},
+                            b'{"type": "error", "error": {"type": "BadRequestError", "message": "tools need a parser"}}')
+
+    sel = Selection(profiles=["openai", "anthropic"], remote=True)
+    rr = run_rule(SPEC, SPEC.by_id["msgs.tool_use.block"], lambda v: Refuses(), sel, [100])
+    assert rr.outcome == "UNSUPPORTED" and "refused cleanly with 400" in rr.vectors[0].result.reason
+    # a core rule refused the same way stays a FAIL
+    rr = run_rule(SPEC, SPEC.by_id["msgs.response.shape"], lambda v: Refuses(), sel, [100])
+    assert rr.outcome == "FAIL"
