@@ -139,6 +139,7 @@ def _range_samples(arg, chk):
         yield arg["exclusive_min"] + step, True
     if "exclusive_max" in arg:
         yield arg["exclusive_max"], False
+        yield arg["exclusive_max"] - step, True
 
 
 def _float32_ok(arg, v, loc, body, ctx):
@@ -157,6 +158,7 @@ def _enum_samples(arg, chk):
     for v in chk.get("_earlier_values", []):
         yield v, False
     yield "zz-not-a-value", False
+    yield arg[-1], True  # inclusive: the last allowed value (the first is often the default)
 
 
 def _length_ok(arg, v, loc, body, ctx):
@@ -167,10 +169,15 @@ def _length_ok(arg, v, loc, body, ctx):
 
 def _length_samples(arg, chk):
     item = chk.get("_item", "x")
+
+    def of(n: int) -> Any:
+        return [item] * n if chk.get("_is_array") else "x" * n
+
     if arg.get("min", 0) > 0:
-        yield ([item] * (arg["min"] - 1) if chk.get("_is_array") else "x" * (arg["min"] - 1)), False
+        yield of(arg["min"] - 1), False
     if "max" in arg and arg["max"] < 100:
-        yield ([item] * (arg["max"] + 1) if chk.get("_is_array") else "x" * (arg["max"] + 1)), False
+        yield of(arg["max"] + 1), False
+        yield of(arg["max"]), True  # inclusive
 
 
 def _refuse_ok(arg, v, loc, body, ctx):
@@ -254,7 +261,7 @@ KINDS: dict[str, tuple[Predicate, Sampler]] = {
     "type": (_type_ok, _type_samples),
     "range": (_range_ok, _range_samples),
     "enum": (_enum_ok, _enum_samples),
-    "float32": (_float32_ok, lambda a, c: [(1e-46, False)]),
+    "float32": (_float32_ok, lambda a, c: [(1e-46, False), (1.2e-38, True)]),
     "length": (_length_ok, _length_samples),
     "refuse": (_refuse_ok, _refuse_samples),
     "requires": (_requires_ok, _none),

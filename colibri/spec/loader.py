@@ -191,7 +191,8 @@ def load_spec(root: Path | str | None = None, *, strict: bool = True) -> Spec:
     spec = build(root, docs, problems)
     from .vectors import attach_generated  # late import: vectors needs a built spec
 
-    attach_generated(spec)
+    for rule, message in attach_generated(spec):
+        problems.append(Problem(rule.file, rule.line, f"{rule.id}: {message}"))
     if strict and problems:
         raise SpecLoadError(problems)
     return spec

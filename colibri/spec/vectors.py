@@ -67,7 +67,9 @@ def _first_failure(checks: list[CompiledCheck], body: dict[str, Any], ctx: Conte
     return None
 
 
-def _generate(spec: Any, rule: Any) -> list[Vector]:
+def _generate(spec: Any, rule: Any, problems: list[tuple[Any, str]]) -> list[Vector]:
+    """The boundary vectors of a rule's checks. A sample the check's own predicate judges
+    otherwise than its sampler promised is a spec bug, reported in `problems`, never dropped."""
     out: list[Vector] = []
     seen: set[str] = set()
     rule_checks = [c for c in spec.compiled if c.rule_id == rule.id]
@@ -78,6 +80,7 @@ def _generate(spec: Any, rule: Any) -> list[Vector]:
             if not ep or not ep.minimal_request:
                 continue
             same_rule = [c for c in rule_checks if c.applies_to(endpoint)]
+            endpoint_checks = spec.checks_for(endpoint)
             for value, passes in _samples(chk, same_rule):
                 body = expand_model(ep.minimal_request, DEFAULT_SETTINGS["model_id"])
                 if chk.kind == "required":
@@ -95,11 +98,18 @@ def _generate(spec: Any, rule: Any) -> list[Vector]:
                     holder = parents[0].value if parents else None
                     if not condition_holds(chk.when, body, holder, ctx):
                         continue
+                if (chk.run(body, ctx, {}) is None) != passes:
+                    problems.append((rule, f"the {chk.kind} check on {chk.field} ({endpoint}): its boundary sampler "
+                                           f"calls {value!r} {'valid' if passes else 'refused'}, its predicate "
+                                           f"{'refuses' if passes else 'accepts'} it"))
+                    continue
                 failing = _first_failure(same_rule, body, ctx)
                 contract = None
-                if passes and failing is None:
+                if failing is None:
+                    if _first_failure(endpoint_checks, body, ctx) is not None:
+                        continue  # valid for this rule, but another rule needs more than the minimal request
                     expect: dict[str, Any] = {"status": 200}
-                elif not passes and failing is not None:
+                else:  # the rule refuses: the first of its checks the value fails says how
                     contract = failing.raw.get("contract")
                     if chk.kind == "type" and isinstance(value, float) and value.is_integer():
                         contract = "strict"  # whether 1.0 is an integer is this project's call
@@ -107,8 +117,6 @@ def _generate(spec: Any, rule: Any) -> list[Vector]:
                     assert failure is not None
                     err = spec.errors.get(failing.error)
                     expect = {"status": err.status if err else 400, "code": failing.error, "param": failure.param}
-                else:
-                    continue
                 name = f"gen-{endpoint}-{chk.kind}-{_slug(value, concrete)}"
                 if name in seen:
                     continue
@@ -151,15 +159,16 @@ def _slug(value: Any, concrete: tuple) -> str:
     return f"{where}-{v}".strip("-")
 
 
-def attach_generated(spec: Any, schemas_root: Any = None) -> None:
+def attach_generated(spec: Any, schemas_root: Any = None) -> list[tuple[Any, str]]:
     """Add the generated boundary vectors; each is marked invalid exactly when its body breaks
     the endpoint's request schema."""
     from ..schemas import all_schemas, validator
 
+    problems: list[tuple[Any, str]] = []
     available = all_schemas(schemas_root)
     validators: dict[str, Any] = {}
     for rule in spec.rules:
-        for v in _generate(spec, rule):
+        for v in _generate(spec, rule, problems):
             ep = spec.endpoints.get(v.endpoint)
             if ep and ep.schema and ep.schema in available:
                 if ep.schema not in validators:
@@ -167,6 +176,7 @@ def attach_generated(spec: Any, schemas_root: Any = None) -> None:
                 val = validators[ep.schema]
                 v.invalid = not val.is_valid(v.request)
             rule.vectors.append(v)
+    return problems
 
 
 __all__ = ["DEFAULT_SETTINGS", "MODEL", "SERVER_KEYS", "attach_generated", "context_for", "expand_model",
