@@ -19,7 +19,8 @@ def _rewrite(app: WSGIApp, *, request: Callable[[str, Body], Body] | None = None
     def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         body: Body | None = None
-        if environ.get("REQUEST_METHOD") == "POST":
+        chunked = "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+        if environ.get("REQUEST_METHOD") == "POST" and not chunked:  # a chunked body passes untouched
             raw = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
             try:
                 body = json.loads(raw)
