@@ -184,7 +184,7 @@ def main(argv: list[str]) -> int:
     if args.compat:
         from conformance.compat import main as compat
 
-        if compat([str(args.out), "--out", str(args.compat)]) != 0:
+        if compat([str(args.out), "--out", str(args.compat), "--readme", str(ROOT / "README.md")]) != 0:
             return EXIT_PEER_FAILED
     if args.check:
         from conformance.compat import main as compat
