@@ -124,7 +124,7 @@ def handle_http_error(req: Any, resp: Any, ex: falcon.HTTPError, params: Any) ->
         _send(req, resp, error("not_found"))
     elif ex.status_code == 416:  # a Range beyond a static file's end (rule ops.static.no-traversal)
         _send(req, resp, error("range_not_satisfiable"))
-        for k, v in (ex.headers or {}).items():
+        for k, v in dict(ex.headers or {}).items():
             resp.set_header(k, v)
     else:
         _send(req, resp, error("invalid_json" if ex.status_code == 400 else "engine_error"))
