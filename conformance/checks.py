@@ -689,6 +689,23 @@ def stream_one_id(ctx: CheckContext) -> None:
         raise CheckFailure("stream_one_id", "one id on every chunk", sorted(map(str, ids))[:5])
 
 
+def stream_error_event(ctx: CheckContext) -> None:
+    events = ctx.exchange.events()
+    _stream(ctx, "stream_error_event")
+    if len(events) < 2:
+        raise CheckFailure("stream_error_event", "content, then an error event", [e.data[:60] for e in events])
+    last = events[-1]
+    try:
+        doc = last.json()
+    except ValueError:
+        raise CheckFailure("stream_error_event", "a JSON error event last", last.data[:120]) from None
+    schema = "error.anthropic.json" if ctx.endpoint == "messages" else "error.openai.json"
+    if ctx.endpoint == "messages" and last.event != "error":
+        raise CheckFailure("stream_error_event", "event: error last", last.event)
+    if not validator(schema).is_valid(doc):
+        raise CheckFailure("stream_error_event", f"the last event's data valid against {schema}", last.data[:200])
+
+
 #: Checks evaluate runs before the JSON expectations: the model must have done what the rest
 #: of the vector is about.
 PRECONDITIONS = ("tool_call_made", "reasoning_made")
@@ -712,7 +729,8 @@ CHECKS: dict[str, Callable[[CheckContext], None]] = {f.__name__: f for f in (
     prompt_has_required_instruction, prompt_forced_tool_applied, reasoning_present, reasoning_absent,
     continuation_not_repeated, prompt_ends_with_generation_cue, no_replacement_char, keepalive_seen, repeatable,
     scheduler_accounting, metrics_series, metrics_unchanged, tool_names_declared, model_listed,
-    finish_matches_usage, budget_respected, stop_truncates, tool_call_made, reasoning_made, stream_one_id)}
+    finish_matches_usage, budget_respected, stop_truncates, tool_call_made, reasoning_made, stream_one_id,
+    stream_error_event)}
 for _name in LIVE_ONLY:
     CHECKS[_name] = _live_only(_name)
 
@@ -786,6 +804,8 @@ def invariants(ctx: CheckContext) -> list[tuple[str, CheckFailure]]:
     names: list[str] = []
     if 400 <= ex.status < 600:
         names.append("error_envelope")
+    elif ex.status == 200 and ex.is_sse and _ends_in_error(ex):
+        names.append("sse_framing")  # a stream that failed after its 200: stream.error-after-commit judges it
     elif ex.status == 200 and ex.is_sse:
         names += ["sse_framing", "response_schema"]
         names += ["anthropic_event_order"] if ctx.endpoint == "messages" else ["stream_one_id"]
@@ -809,6 +829,21 @@ def invariants(ctx: CheckContext) -> list[tuple[str, CheckFailure]]:
         except (NotApplicable, KeyError, TypeError, ValueError, AttributeError, IndexError):
             continue
     return out
+
+
+def _ends_in_error(ex: Exchange) -> bool:
+    events = ex.events()
+    if not events:
+        return False
+    doc = _safe_json_text(events[-1].data)
+    return events[-1].event == "error" or (isinstance(doc, dict) and "error" in doc and "choices" not in doc)
+
+
+def _safe_json_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def _safe_json(ex: Exchange) -> Any:

@@ -49,6 +49,8 @@ class ServerPool:
         if id(svc) not in self.apps:
             app = create_app(svc)
             self.apps[id(svc)] = InProcessTarget(self.wrap(app) if self.wrap else app)
+        if server.get("fault") == "mid-stream":
+            _fail_after_tokens(svc, 3)
         if server.get("fault") == "engine-thread" and svc.scheduler.failed is None:
             _kill_engine_thread(svc)
         if server.get("fault") == "raise":
@@ -84,3 +86,19 @@ def _kill_engine_thread(svc: Service) -> None:
     probe = Task(prompt=[1, 2, 3], max_new=1, end_tokens=frozenset())
     svc.scheduler.admit(probe)
     svc.scheduler.thread.join(timeout=10)
+
+
+def _fail_after_tokens(svc: Service, n: int) -> None:
+    """Make sampling fail once a request has had `n` tokens: an engine fault after the stream's
+    200 (rule stream.error-after-commit)."""
+    real = svc.scheduler._sample_rows
+    calls = {"n": 0}
+
+    def flaky(*args: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] > n:
+            raise RuntimeError("injected sampling fault")
+        return real(*args)
+
+    logging.getLogger("colibri.server").setLevel(logging.CRITICAL + 1)  # the fault is the point
+    svc.scheduler._sample_rows = flaky

@@ -79,6 +79,8 @@ def event(name: str, data: dict[str, Any]) -> bytes:
 
 
 class MessagesResource(_Endpoint):
+    envelope = "anthropic"
+
     def on_post(self, req: Any, resp: Any) -> None:
         body = read_body(req)
         self.svc.validate("messages", body)

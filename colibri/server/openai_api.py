@@ -4,6 +4,7 @@ accepted the prompt)."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import uuid
 from collections.abc import Iterator
@@ -11,12 +12,14 @@ from typing import Any
 
 from .body import read_body
 from .disconnect import detector
+from .errors import ApiError, error
 from .generation import Generation, LogprobEntry, Outcome, now
 from .prompt import from_openai_chat
 from .scheduler import conversation_slot
 from .service import Service
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+log = logging.getLogger("colibri.server")
 
 
 def _num(x: float | None) -> float | None:
@@ -85,6 +88,9 @@ class _Endpoint:
     def __init__(self, service: Service):
         self.svc = service
 
+    #: How a stream that fails after its 200 says so (rule stream.error-after-commit).
+    envelope = "openai"
+
     def _respond(self, resp: Any, gen: Generation, stream: bool, unary: Any, chunks: Any) -> None:
         accepted = gen.start()
         resp.set_header("x-colibri-queue-wait-ms", str(int(round(accepted.queue_wait * 1000))))
@@ -92,17 +98,28 @@ class _Endpoint:
             resp.content_type = "text/event-stream"
             for k, v in SSE_HEADERS.items():
                 resp.set_header(k, v)
-            resp.stream = _guarded(gen, chunks(gen))
+            resp.stream = _guarded(gen, chunks(gen), self.envelope)
         else:
             resp.data = dumps(unary(gen.run()))
             resp.content_type = "application/json"
 
 
-def _guarded(gen: Generation, it: Iterator[bytes]) -> Iterator[bytes]:
-    """Cancel the request when the client stops reading (the WSGI server closes the iterator)."""
+def _guarded(gen: Generation, it: Iterator[bytes], envelope: str = "openai") -> Iterator[bytes]:
+    """Cancel the request when the client stops reading (the WSGI server closes the iterator);
+    end a stream whose generation fails after the 200 with an error event in the endpoint's
+    format instead of cutting it off (rule stream.error-after-commit)."""
     finished = False
     try:
         yield from it
+        finished = True
+    except Exception as exc:  # noqa: BLE001 - the status is sent; only an event can still tell
+        err = exc if isinstance(exc, ApiError) else error("engine_error")
+        if not isinstance(exc, ApiError):
+            log.exception("stream failed after its 200 (%s)", gen.task.request_id or "-")
+        if envelope == "anthropic":
+            yield b"event: error\ndata: " + dumps(err.to_anthropic()) + b"\n\n"
+        else:
+            yield b"data: " + dumps(err.to_openai()) + b"\n\n"
         finished = True
     finally:
         if not finished:
