@@ -202,9 +202,9 @@ def _schema_errors(ctx: CheckContext, v: Any, doc: Any) -> list[Any]:
     """Schema errors that count under the run's contract. Under the official ones, extra keys
     and id prefixes are no client's business, and a key left out where the schema allows null
     reads as null in every SDK (this spec's own rule: null means absent)."""
-    errs = list(v.iter_errors(doc))
     if ctx.strict:
-        return errs
+        return list(v.iter_errors(doc))
+    errs = list(v.iter_errors(_without_nulls(doc)))
 
     def counts(e: Any) -> bool:
         if e.validator in ("additionalProperties", "pattern"):
@@ -217,6 +217,16 @@ def _schema_errors(ctx: CheckContext, v: Any, doc: Any) -> list[Any]:
         return True
 
     return [e for e in errs if counts(e)]
+
+
+def _without_nulls(doc: Any) -> Any:
+    """The document with null-valued keys left out: under the official contracts null means
+    absent (a chunk's `delta.role: null` is no role), so a null is judged as a missing key."""
+    if isinstance(doc, dict):
+        return {k: _without_nulls(v) for k, v in doc.items() if v is not None}
+    if isinstance(doc, list):
+        return [_without_nulls(v) for v in doc]
+    return doc
 
 
 def response_schema(ctx: CheckContext) -> None:
@@ -635,6 +645,13 @@ def finish_matches_usage(ctx: CheckContext) -> None:
         raise CheckFailure("finish_matches_usage", f"a stop reason for an answer of {count} < {budget} tokens", finish)
 
 
+def finish_consistent(ctx: CheckContext) -> None:
+    budget, count, finish = _budget_and_count(ctx)
+    if count is None or count > budget:
+        return  # an overspent budget is the ceiling rule's verdict, not this one's
+    finish_matches_usage(ctx)
+
+
 def budget_respected(ctx: CheckContext) -> None:
     """Like finish_matches_usage, for vectors whose prompt should run past the budget: when the
     model ended first, the ceiling was not exercised and the result says so."""
@@ -730,7 +747,7 @@ CHECKS: dict[str, Callable[[CheckContext], None]] = {f.__name__: f for f in (
     continuation_not_repeated, prompt_ends_with_generation_cue, no_replacement_char, keepalive_seen, repeatable,
     scheduler_accounting, metrics_series, metrics_unchanged, tool_names_declared, model_listed,
     finish_matches_usage, budget_respected, stop_truncates, tool_call_made, reasoning_made, stream_one_id,
-    stream_error_event)}
+    stream_error_event, finish_consistent)}
 for _name in LIVE_ONLY:
     CHECKS[_name] = _live_only(_name)
 

@@ -115,3 +115,16 @@ def test_a_clean_refusal_of_an_optional_capability_is_unsupported_not_failed():
     # a core rule refused the same way stays a FAIL
     rr = run_rule(SPEC, SPEC.by_id["msgs.response.shape"], lambda v: Refuses(), sel, [100])
     assert rr.outcome == "FAIL"
+
+
+def test_a_null_optional_key_in_a_stream_chunk_reads_as_absent_under_openai():
+    # mockllm sends "role": null in every delta after the first; no SDK minds.
+    from conformance.checks import response_schema
+
+    chunk = {"id": "a", "object": "chat.completion.chunk", "created": 1, "model": "m",
+             "choices": [{"index": 0, "delta": {"role": None, "content": "x"}, "finish_reason": None}]}
+    body = b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"
+    assert both(response_schema, "chat", body, sse=True) == (True, False)
+    chunk["choices"] = None  # a required key that is null is still missing
+    body = b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"
+    assert both(response_schema, "chat", body, sse=True) == (False, False)
