@@ -77,7 +77,7 @@ def answer(ex: Exchange, endpoint: str) -> Answer:
     the response is not shaped like an answer of that endpoint at all."""
     try:
         return _answer(ex, endpoint)
-    except (KeyError, TypeError, IndexError, AttributeError) as e:
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
         raise CheckFailure("answer", f"a {endpoint} answer (unary JSON or its stream)",
                            f"{type(e).__name__} {e} reading {ex.body[:160]!r}") from None
 
@@ -688,15 +688,24 @@ def stop_truncates(ctx: CheckContext) -> None:
         raise CheckFailure("stop_truncates", "finish_reason stop", got.finish)
 
 
+def _readable_answer(ctx: CheckContext) -> Answer:
+    """The answer, for a precondition: one that cannot be read at all cannot show whether the
+    model did the thing (the framing rules judge the unreadable stream)."""
+    try:
+        return answer(ctx.exchange, ctx.endpoint)
+    except CheckFailure as f:
+        raise NotApplicable(f"the answer could not be read ({f.actual})") from None
+
+
 def tool_call_made(ctx: CheckContext) -> None:
     """Precondition of the tool-call rules: the model called a tool (else INCONCLUSIVE)."""
-    if not answer(ctx.exchange, ctx.endpoint).tool_calls:
+    if not _readable_answer(ctx).tool_calls:
         raise NotApplicable("the model made no tool call")
 
 
 def reasoning_made(ctx: CheckContext) -> None:
     """Precondition of the reasoning-output rules: the answer carries reasoning (else INCONCLUSIVE)."""
-    if not answer(ctx.exchange, ctx.endpoint).reasoning.strip():
+    if not _readable_answer(ctx).reasoning.strip():
         raise NotApplicable("the answer carries no reasoning (the model or server did not reason)")
 
 
