@@ -114,6 +114,11 @@ class TransportError(Exception):
         self.exchange = exchange
 
 
+def _chunks(body: bytes | None) -> Any:
+    """The body as an iterator, which httpx sends with Transfer-Encoding: chunked."""
+    return iter([body[i:i + 64] for i in range(0, len(body or b""), 64)])
+
+
 def _with_content_type(hdrs: dict[str, str], body: bytes | None) -> dict[str, str]:
     if body is not None and not any(k.lower() == "content-type" for k in hdrs):
         return hdrs | {"Content-Type": "application/json"}
@@ -173,7 +178,7 @@ class HttpTarget:
             # A vector about chunked bodies: httpx frames an iterator as chunks (and sends no
             # Content-Length beside it, which servers rightly refuse as ambiguous).
             hdrs = {k: v for k, v in hdrs.items() if k.lower() != "transfer-encoding"}
-            content = iter([body[i:i + 64] for i in range(0, len(body or b""), 64)])
+            content = _chunks(body)
         try:
             return self._send_once(self.client, method, path, content, hdrs, ex, timeout)
         except TransportError as e:
@@ -184,7 +189,7 @@ class HttpTarget:
                 raise
         ex = Exchange(method, path, hdrs, body)
         if not isinstance(content, (bytes, type(None))):
-            content = iter([body[i:i + 64] for i in range(0, len(body or b""), 64)])
+            content = _chunks(body)
         with httpx.Client(follow_redirects=False, timeout=self.client.timeout) as fresh:
             return self._send_once(fresh, method, path, content, hdrs, ex, timeout)
 
