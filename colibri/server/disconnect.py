@@ -1,11 +1,17 @@
 """Noticing a client that hung up while its JSON answer is being computed: the WSGI server
-gives us the socket; a readable socket whose peek returns no bytes has been closed."""
+gives us the socket; a readable socket whose peek returns no bytes has been closed.
+
+`poll`, not `select`: select cannot watch a descriptor numbered 1024 or above, and a busy
+server reaches such numbers; a ValueError there would read as "the client left" and cancel
+a healthy request."""
 from __future__ import annotations
 
 import select
 import socket
 from collections.abc import Callable
 from typing import Any
+
+_HUNG_UP = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 
 def detector(env: dict[str, Any]) -> Callable[[], bool]:
@@ -16,11 +22,18 @@ def detector(env: dict[str, Any]) -> Callable[[], bool]:
 
     def gone() -> bool:
         try:
-            readable, _, _ = select.select([sock], [], [], 0)
-            if not readable:
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN | _HUNG_UP)
+            events = poller.poll(0)
+            if not events:
                 return False
-            return sock.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):
+            if events[0][1] & (select.POLLERR | select.POLLNVAL):
+                return True
+            # Readable (or hung up with unread data): gone only if the peer has closed.
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
             return True
 
     return gone
