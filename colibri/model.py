@@ -115,6 +115,39 @@ class Model:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
+    @cached_property
+    def special_texts(self) -> frozenset[str]:
+        """The text of every special (control) token: role markers, end tokens."""
+        return frozenset(t.content for t in self._added() if t.special)
+
+    @cached_property
+    def special_ids(self) -> frozenset[int]:
+        return frozenset(t.id for t in self._added() if t.special)
+
+    @cached_property
+    def _literal_tokenizer(self) -> Tokenizer:
+        # A second instance: encode_special_tokens is state on the object, and HTTP threads
+        # encode concurrently, so the shared tokenizer's flag must never be toggled.
+        t = Tokenizer.from_str(self.tokenizer.to_str())
+        t.encode_special_tokens = True
+        return t
+
+    def encode_pieces(self, pieces: list[tuple[str, bool]]) -> list[int]:
+        """Token ids for (text, is_control) pieces: a control piece is one special token; every
+        other piece is plain text, in which special-token text is spelled out, never matched
+        (what the reference tokenizers call split_special_tokens)."""
+        texts = [text for text, control in pieces if not control and text]
+        encoded = iter(self._literal_tokenizer.encode_batch(texts, add_special_tokens=False)) if texts else iter(())
+        ids: list[int] = []
+        for text, control in pieces:
+            if control:
+                token = self.tokenizer.token_to_id(text)
+                assert token is not None, text  # pieces come from splitting on special_texts
+                ids.append(token)
+            elif text:
+                ids.extend(next(encoded).ids)
+        return ids
+
     def token_id(self, text: str) -> int | None:
         return self.tokenizer.token_to_id(text)
 

@@ -7,6 +7,7 @@ code/param/type, JSON paths, absent paths, headers) and then its named checks.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -487,6 +488,35 @@ def continuation_not_repeated(ctx: CheckContext) -> None:
         raise CheckFailure("continuation_not_repeated", f"an answer not starting with {prefix!r}", a.content)
 
 
+_MARKER = re.compile(r"<\|[A-Za-z_]+\|>")  # the vectors' special-token text: <|user|>, <|im_end|>, ...
+
+
+def _without_markers(value: Any) -> Any:
+    if isinstance(value, str):
+        return _MARKER.sub("", value)
+    if isinstance(value, list):
+        return [_without_markers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _without_markers(v) for k, v in value.items()}
+    return value
+
+
+def prompt_specials_literal(ctx: CheckContext) -> None:
+    doc = _render(ctx)
+    body = ctx.body or {}
+    for m in body.get("messages", []):
+        if isinstance(m.get("content"), str) and m["content"].strip() and m["content"].strip() not in doc["prompt"]:
+            raise CheckFailure("prompt_specials_literal", "the prompt shows each message's text as sent",
+                               {"missing": m["content"], "prompt": doc["prompt"]})
+    plain = ctx.resend(_without_markers(body))
+    if plain.status != 200:
+        raise CheckFailure("prompt_specials_literal", "the request without the marker text renders too", plain.status)
+    want, got = len(plain.json()["control_tokens"]), len(doc["control_tokens"])
+    if got != want:
+        raise CheckFailure("prompt_specials_literal", f"{want} control tokens (the template's own)",
+                           f"{got}: the request's text added {got - want}")
+
+
 def prompt_ends_with_generation_cue(ctx: CheckContext) -> None:
     doc = _render(ctx)
     last = (ctx.body or {})["messages"][-1]["content"]
@@ -760,7 +790,7 @@ CHECKS: dict[str, Callable[[CheckContext], None]] = {f.__name__: f for f in (
     usage_chunk_last, tool_call_delta_index, arguments_json_string, logprob_join, text_offset_chars, no_stop_text,
     stream_equals_unary, anthropic_event_order, reasoning_not_in_content, request_id_header,
     prompt_has_required_instruction, prompt_forced_tool_applied, reasoning_present, reasoning_absent,
-    continuation_not_repeated, prompt_ends_with_generation_cue, no_replacement_char, keepalive_seen, repeatable,
+    continuation_not_repeated, prompt_ends_with_generation_cue, prompt_specials_literal, no_replacement_char, keepalive_seen, repeatable,
     scheduler_accounting, metrics_series, metrics_unchanged, tool_names_declared, model_listed,
     finish_matches_usage, budget_respected, stop_truncates, tool_call_made, reasoning_made, stream_one_id,
     stream_error_event, finish_consistent)}

@@ -239,6 +239,8 @@ class RenderResource:
         self.svc.validate("render", body)
         rendered, ids = self.svc.render(from_openai_chat(body))
         resp.data = dumps({"object": "render", "family": self.svc.settings.family, "prompt": rendered.text,
-                           "tokens": ids, "tools_offered": [t["name"] for t in rendered.tools_offered],
+                           "tokens": ids,
+                           "control_tokens": [i for i, t in enumerate(ids) if t in self.svc.model.special_ids],
+                           "tools_offered": [t["name"] for t in rendered.tools_offered],
                            "continuation": rendered.continuation})
         resp.content_type = "application/json"

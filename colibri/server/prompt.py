@@ -7,7 +7,8 @@ forced choice are offered; the family's jinja template renders the text.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..chat_template import render
@@ -106,3 +107,85 @@ def render_chat(family: dict[str, Any], template: str, chat: ChatInput, *, conti
         text = render(template, msgs, tools=wrapped, tool_choice=template_choice, add_generation_prompt=True,
                       enable_thinking=thinking, preserve_thinking=chat.preserve_thinking)
     return Rendered(text, cont, tools, thinking, choice)
+
+
+class LiteralSpecials:
+    """Keeps special-token text that arrives in a request from becoming control tokens
+    (rule prompt.specials.literal).
+
+    A chat template turns messages into one string; tokenizing that string matches every
+    `<|user|>` in it, including one a user typed or a document carried, so such text could
+    forge a turn or a tool result. Before rendering, each special-token string inside the
+    request's own strings is swapped for a placeholder the template passes through untouched;
+    the rendered text is then split at the specials the template itself wrote (the only ones
+    left), and the request's text, placeholders restored, is tokenized as plain text.
+    """
+
+    def __init__(self, specials: frozenset[str]):
+        ordered = sorted(specials, key=len, reverse=True)  # longest first: "<|im_end|>" before "<|im"
+        self._specials = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        self._originals: list[str] = []
+        self._mark = "\ue000"
+        self._placeholder: re.Pattern[str] | None = None
+
+    def shield(self, chat: ChatInput) -> ChatInput:
+        if self._specials is None:
+            return chat
+        texts: list[str] = []
+        _strings((chat.messages, chat.tools, chat.tool_choice), texts)
+        # A private-use character absent from every string of the request marks placeholders.
+        self._mark = next(chr(c) for c in range(0xE000, 0xF900) if all(chr(c) not in t for t in texts))
+        self._placeholder = re.compile(re.escape(self._mark) + r"(\d+)" + re.escape(self._mark))
+        return replace(chat, messages=self._swap(chat.messages), tools=self._swap(chat.tools),
+                       tool_choice=self._swap(chat.tool_choice))
+
+    def _swap(self, value: Any) -> Any:
+        if isinstance(value, str):
+            assert self._specials is not None
+            return self._specials.sub(self._hold, value)
+        if isinstance(value, list):
+            return [self._swap(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self._swap(v) for k, v in value.items()}
+        return value
+
+    def _hold(self, m: re.Match[str]) -> str:
+        self._originals.append(m.group(0))
+        return f"{self._mark}{len(self._originals) - 1}{self._mark}"
+
+    def restore(self, value: Any) -> Any:
+        """The request's own text back in place of the placeholders (strings, lists, dicts)."""
+        if not self._originals or self._placeholder is None:
+            return value
+        if isinstance(value, str):
+            return self._placeholder.sub(lambda m: self._originals[int(m.group(1))], value)
+        if isinstance(value, list):
+            return [self.restore(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.restore(v) for k, v in value.items()}
+        return value
+
+    def pieces(self, rendered: str) -> list[tuple[str, bool]]:
+        """(text, is_control) pieces of the rendered prompt, the request's text restored."""
+        if self._specials is None:
+            return [(rendered, False)]
+        out: list[tuple[str, bool]] = []
+        at = 0
+        for m in self._specials.finditer(rendered):
+            out.append((self.restore(rendered[at:m.start()]), False))
+            out.append((m.group(0), True))
+            at = m.end()
+        out.append((self.restore(rendered[at:]), False))
+        return out
+
+
+def _strings(value: Any, into: list[str]) -> None:
+    if isinstance(value, str):
+        into.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _strings(v, into)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            into.append(str(k))
+            _strings(v, into)

@@ -3,7 +3,7 @@ family, the scheduler. `create_app` builds one Service and hands it to the resou
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..model import Model
@@ -11,7 +11,7 @@ from ..spec import RequestValidator, Spec, load_spec
 from .errors import error
 from .generation import Generation
 from .generation import Spec as GenSpec
-from .prompt import ChatInput, Rendered, render_chat
+from .prompt import ChatInput, LiteralSpecials, Rendered, render_chat
 from .scheduler import Metrics, Scheduler, Task
 
 DEFAULT_CORS = ("http://127.0.0.1:8000", "http://localhost:8000", "http://127.0.0.1:5173", "http://localhost:5173")
@@ -76,8 +76,15 @@ class Service:
             raise error(failure.code, failure.message, param=failure.param, rule_id=failure.rule_id)
 
     def render(self, chat: ChatInput) -> tuple[Rendered, list[int]]:
-        rendered = render_chat(self.family, self.template, chat, continue_assistant=self.settings.continue_assistant)
-        return rendered, self.model.encode(rendered.text)
+        """The prompt text and its token ids; special-token text from the request stays text."""
+        literal = LiteralSpecials(self.model.special_texts)
+        shielded = render_chat(self.family, self.template, literal.shield(chat),
+                               continue_assistant=self.settings.continue_assistant)
+        ids = self.model.encode_pieces(literal.pieces(shielded.text))
+        rendered = replace(shielded, text=literal.restore(shielded.text),
+                           tools_offered=literal.restore(shielded.tools_offered),
+                           tool_choice=literal.restore(shielded.tool_choice))
+        return rendered, ids
 
     def budget(self, prompt: list[int], requested: int | None, param: str) -> int:
         """Tokens the answer may have: the request's ceiling, clamped to the server's and to
