@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-host", action="append", default=None,
                    help="extra Host header value to accept (repeatable) [COLI_ALLOWED_HOSTS, comma-separated]")
     p.add_argument("--cors-origin", action="append", default=None,
-                   help="browser origin allowed to read answers (repeatable; '*' for any) [COLI_CORS_ORIGINS]")
+                   help="web page origin allowed to POST and read answers (repeatable; '*' for any; other origins get 403) [COLI_CORS_ORIGINS]")
     p.add_argument("--no-continue-assistant", action="store_true",
                    default=os.environ.get("COLI_CONTINUE_ASSISTANT") == "0",
                    help="close a trailing assistant turn instead of continuing it [COLI_CONTINUE_ASSISTANT=0]")

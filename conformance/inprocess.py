@@ -13,8 +13,8 @@ from colibri.server.service import Service, Settings
 
 from .exchange import InProcessTarget
 
-SETTING_KEYS = {"family", "api_key", "max_queue", "queue_timeout", "kv_slots", "allowed_hosts", "continue_assistant",
-                "keepalive_seconds", "model_id"}
+SETTING_KEYS = {"family", "api_key", "max_queue", "queue_timeout", "kv_slots", "allowed_hosts", "cors_origins",
+                "continue_assistant", "keepalive_seconds", "model_id"}
 
 
 class ServerPool:

@@ -1,4 +1,4 @@
-"""The Falcon app factory: middleware (host guard, CORS, auth, request id), routes, and the
+"""The Falcon app factory: middleware (host guard, CORS, origin guard, auth, request id), routes, and the
 error handlers that turn every failure into the right envelope."""
 from __future__ import annotations
 
@@ -73,6 +73,31 @@ class Cors:
             resp.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
             resp.set_header("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS)
             resp.set_header("Access-Control-Max-Age", "600")
+
+
+class OriginGuard:
+    """Cross-site request forgery defence (rule ops.origin.cross-site-refused).
+
+    A web page may POST to a loopback server without asking first (a "simple" request:
+    form or text/plain body), and this server parses JSON whatever the label says. Browsers
+    always name the page's origin on such a POST, programs (curl, SDKs) send none; so a POST
+    whose Origin is neither this server's own nor an allowed CORS origin is refused before
+    its body is read."""
+
+    SAFE = {"GET", "HEAD", "OPTIONS"}
+
+    def __init__(self, settings: Settings):
+        self.origins = set(settings.cors_origins)
+
+    def process_request(self, req: Any, resp: Any) -> None:
+        origin = req.get_header("Origin")
+        if origin is None or req.method in self.SAFE or "*" in self.origins or origin in self.origins:
+            return
+        host = (req.get_header("Host") or "").lower()
+        if host and origin.lower() in (f"http://{host}", f"https://{host}"):
+            return  # the server's own pages (the chat page, the dashboard)
+        raise error("origin_not_allowed", f"Requests from the web origin {origin!r} are not allowed; start the "
+                                          f"server with --cors-origin {origin} if you trust that page.")
 
 
 class Auth:
@@ -221,7 +246,7 @@ class SpecPage:
 def create_app(service: Service) -> falcon.App:
     """The WSGI app over an already built Service (tests pass one with fakes injected)."""
     s = service.settings
-    middleware: list[Any] = [RequestId(), HostGuard(s), Cors(s), Auth(s)]
+    middleware: list[Any] = [RequestId(), HostGuard(s), Cors(s), OriginGuard(s), Auth(s)]
     app = falcon.App(middleware=middleware, media_type="application/json")
     app.req_options.strip_url_path_trailing_slash = True
     models = Models(service)
