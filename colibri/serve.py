@@ -23,11 +23,14 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--max-tokens", "COLI_MAX_TOKENS", int, 1024, "ceiling on any request's answer length"),
     ("--ctx", "COLI_CTX", int, None, "context length in tokens (default: the model's)"),
     ("--api-key", "COLI_API_KEY", str, None, "require this key (Authorization: Bearer or x-api-key)"),
-    ("--threads", "COLI_THREADS", int, 8, "HTTP threads"),
+    ("--threads", "COLI_THREADS", int, None,
+     "HTTP threads (default: KV slots + max queue + 4, so that a request only ever waits in the admission queue)"),
     ("--engine-threads", "COLI_ENGINE_THREADS", int, 0, "compute threads for the engine (0: all cores)"),
     ("--keepalive", "COLI_KEEPALIVE", float, 10.0, "seconds of stream silence before a keepalive is sent"),
     ("--read-deadline", "COLI_READ_DEADLINE", float, 30.0,
-     "seconds a client has to send its request headers (and, again, its body) before 408 and close"),
+     "seconds a client has to send a whole request (headers and body) before 408 and close"),
+    ("--max-client-connections", "COLI_MAX_CLIENT_CONNECTIONS", int, 64,
+     "open connections one client address may hold; a request on one more gets 429 too_many_connections"),
     ("--kv-dir", "COLI_KV_DIR", str, None,
      "keep KV slot state in this folder so a restart reuses cached prefixes (off when unset)"),
     ("--debug-step-delay", "COLI_DEBUG_STEP_DELAY", float, 0.0,
@@ -66,6 +69,18 @@ def settings_from(args: argparse.Namespace) -> Any:
                     kv_dir=args.kv_dir or None)
 
 
+SPARE_THREADS = 4  # for /health, /metrics, static files and refusals while every slot and queue place is taken
+
+
+def http_threads(args: argparse.Namespace) -> int:
+    """Every generating and every queued request holds a thread, so the pool is sized from the
+    slots and the queue: a request then waits only in the admission queue (rule
+    ops.admission.bounded)."""
+    if args.threads is not None:
+        return int(args.threads)
+    return int(args.kv_slots) + int(args.max_queue) + SPARE_THREADS
+
+
 def check_args(args: argparse.Namespace) -> str | None:
     """A message for settings that must not start a server, or None."""
     if args.host not in LOOPBACK_BINDS and not args.api_key and not args.allow_insecure_bind:
@@ -73,6 +88,10 @@ def check_args(args: argparse.Namespace) -> str | None:
                 "Set --api-key (COLI_API_KEY), or pass --allow-insecure-bind if you mean it.")
     if not 1 <= int(args.kv_slots) <= 16:
         return f"--kv-slots must be 1..16, not {args.kv_slots}"
+    if args.threads is not None and int(args.threads) < 1:
+        return f"--threads must be at least 1, not {args.threads}"
+    if int(args.max_client_connections) < 1:
+        return f"--max-client-connections must be at least 1, not {args.max_client_connections}"
     return None
 
 
@@ -89,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     from .server.service import Service
 
     settings = settings_from(args)
-    os.environ["COLI_READ_DEADLINE"] = str(args.read_deadline)  # read by the worker class at import
+    # read by the worker module at import, in the worker process
+    os.environ["COLI_READ_DEADLINE"] = str(args.read_deadline)
+    os.environ["COLI_MAX_CLIENT_CONNECTIONS"] = str(args.max_client_connections)
     model = Model(args.model, n_ctx=args.ctx)  # fail early, in the parent, on a bad model directory
     holder: dict[str, Any] = {}
 
@@ -97,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         def load_config(self) -> None:
             self.cfg.set("bind", f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}")
             self.cfg.set("workers", 1)
-            self.cfg.set("worker_class", "colibri.server.worker.DeadlineThreadWorker")
-            self.cfg.set("threads", int(args.threads))
+            self.cfg.set("worker_class", "colibri.server.worker.AdmittingThreadWorker")
+            self.cfg.set("threads", http_threads(args))
             self.cfg.set("timeout", 0)  # generation may take longer than any heartbeat
             self.cfg.set("graceful_timeout", 30)
             self.cfg.set("keepalive", 5)

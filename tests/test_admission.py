@@ -1,0 +1,208 @@
+"""The HTTP layer in front of the scheduler, over real sockets (colibri/server/worker.py):
+a thread only for a whole request, one read deadline per request, immediate 429s when the
+pool is full, a per-address connection cap, and HTTP framings that still work through it.
+Rules ops.read-deadline, ops.admission.bounded, ops.connections.per-client."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+from live_server import live_server
+
+pytestmark = pytest.mark.integration
+
+CHAT = {"model": "colibri-tiny", "messages": [{"role": "user", "content": "Repeat exactly: ok"}], "max_tokens": 4}
+
+
+def _addr(base: str) -> tuple[str, int]:
+    host, port = base.split("//")[1].split(":")
+    return host, int(port)
+
+
+def _request(path: str = "/v1/chat/completions", body: dict | None = None, extra: str = "") -> bytes:
+    data = json.dumps(body or CHAT).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n{extra}\r\n").encode() + data
+
+
+def _read_response(s: socket.socket, timeout: float = 30) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length body, read from a raw socket."""
+    s.settimeout(timeout)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        assert chunk, f"connection closed before a response: {buf!r}"
+        buf += chunk
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    n = int(headers.get("content-length", "0"))
+    while len(rest) < n:
+        chunk = s.recv(65536)
+        assert chunk
+        rest += chunk
+    return int(lines[0].split()[1]), headers, rest[:n]
+
+
+def _error_code(body: bytes) -> str:
+    doc = json.loads(body)
+    return doc["error"]["code"] if "code" in doc["error"] else doc["error"]["type"]
+
+
+def test_ops_read_deadline_covers_headers_and_body_together():
+    """Headers sent slowly over most of the deadline leave only the rest of it for the body
+    (before: the body got a fresh deadline of its own)."""
+    with live_server("--read-deadline", "2") as base:
+        with socket.create_connection(_addr(base), timeout=10) as s:
+            start = time.monotonic()
+            head = _request().split(b"\r\n\r\n")[0] + b"\r\n\r\n"
+            for i in range(0, len(head), 8):
+                s.sendall(head[i:i + 8])
+                time.sleep(1.4 / (len(head) / 8))
+            try:  # then the body, a byte every 0.2 s, until the server answers
+                for _ in range(40):
+                    s.sendall(b" ")
+                    time.sleep(0.2)
+            except OSError:
+                pass
+            status, _, body = _read_response(s)
+            elapsed = time.monotonic() - start
+        assert status == 408 and _error_code(body) == "request_timeout"
+        assert elapsed < 3.3, f"408 after {elapsed:.1f} s: the body got a deadline of its own"
+
+
+def test_ops_admission_bounded_trickling_clients_hold_no_thread():
+    """Eight connections trickling their headers while the only two threads stay free."""
+    with live_server("--threads", "2", "--read-deadline", "20") as base:
+        tricklers = []
+        try:
+            for _ in range(8):
+                s = socket.create_connection(_addr(base), timeout=10)
+                s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: loc")
+                tricklers.append(s)
+            time.sleep(0.5)
+            with socket.create_connection(_addr(base), timeout=10) as s:
+                start = time.monotonic()
+                s.sendall(_request())
+                status, _, _ = _read_response(s, timeout=15)
+                assert status == 200
+                assert time.monotonic() - start < 10
+        finally:
+            for s in tricklers:
+                s.close()
+
+
+def test_ops_admission_bounded_full_pool_answers_429_at_once():
+    """One slot, no queue, one thread: while a slow request holds it, the next request is
+    refused at once with queue_full in its endpoint's envelope (before: it waited, unbounded,
+    in the thread pool's own queue)."""
+    with live_server("--kv-slots", "1", "--max-queue", "0", "--threads", "1", "--debug-step-delay", "2") as base:
+        holder = socket.create_connection(_addr(base), timeout=60)
+        holder.sendall(_request(body={**CHAT, "max_tokens": 40}))
+        time.sleep(0.5)  # it holds the slot and the thread now (its first step takes 2 s)
+        try:
+            for path, body in (("/v1/chat/completions", CHAT),
+                               ("/v1/messages", {"model": "colibri-tiny", "max_tokens": 4,
+                                                 "messages": [{"role": "user", "content": "hi"}]})):
+                with socket.create_connection(_addr(base), timeout=10) as s:
+                    start = time.monotonic()
+                    s.sendall(_request(path, body))
+                    status, headers, raw = _read_response(s, timeout=5)
+                    assert time.monotonic() - start < 2
+                assert status == 429 and headers.get("retry-after") == "1"
+                doc = json.loads(raw)
+                if path == "/v1/messages":
+                    assert doc == {"type": "error", "error": {"type": "rate_limit_error",
+                                                              "message": doc["error"]["message"]}}
+                else:
+                    assert doc["error"]["code"] == "queue_full" and doc["error"]["type"] == "rate_limit_error"
+            assert _read_response(holder, timeout=60)[0] == 200
+        finally:
+            holder.close()
+
+
+def test_ops_connections_per_client_cap():
+    with live_server("--max-client-connections", "2") as base:
+        kept = [socket.create_connection(_addr(base), timeout=10) for _ in range(2)]
+        try:
+            for s in kept:  # two kept-alive connections, each having been served
+                s.sendall(_request())
+                assert _read_response(s)[0] == 200
+            with socket.create_connection(_addr(base), timeout=10) as s:
+                s.sendall(_request())
+                status, headers, raw = _read_response(s)
+            assert status == 429 and _error_code(raw) == "too_many_connections"
+            kept.pop().close()
+            time.sleep(0.3)
+            with socket.create_connection(_addr(base), timeout=10) as s:  # room again
+                s.sendall(_request())
+                assert _read_response(s)[0] == 200
+        finally:
+            for s in kept:
+                s.close()
+
+
+def test_framings_through_the_event_loop_reader():
+    """Keep-alive, pipelining, chunked bodies, Expect: 100-continue and a body split across
+    many packets all reach the app intact."""
+    with live_server() as base:
+        with socket.create_connection(_addr(base), timeout=30) as s:
+            s.sendall(_request() + _request())  # pipelined
+            assert _read_response(s)[0] == 200
+            assert _read_response(s)[0] == 200
+            data = json.dumps(CHAT).encode()
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for i in range(0, len(data), 10):
+                piece = data[i:i + 10]
+                s.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                time.sleep(0.01)
+            s.sendall(b"0\r\n\r\n")
+            assert _read_response(s)[0] == 200
+            req = _request(extra="Expect: 100-continue\r\n")
+            head, body = req.split(b"\r\n\r\n", 1)
+            s.sendall(head + b"\r\n\r\n")
+            time.sleep(0.3)
+            s.sendall(body)
+            status, _, raw = _read_response(s)
+            if status == 100:  # an interim answer, then the real one
+                status, _, raw = _read_response(s)
+            assert status == 200, raw
+            req = _request()
+            for i in range(0, len(req), 7):
+                s.sendall(req[i:i + 7])
+            assert _read_response(s)[0] == 200
+
+
+def test_an_idle_connection_is_closed_after_keepalive_without_a_thread():
+    with live_server("--threads", "1") as base:
+        idle = [socket.create_connection(_addr(base), timeout=10) for _ in range(4)]
+        try:
+            with socket.create_connection(_addr(base), timeout=10) as s:
+                s.sendall(_request())
+                assert _read_response(s, timeout=10)[0] == 200
+            idle[0].settimeout(15)
+            assert idle[0].recv(10) == b""  # closed by the server after the keep-alive time
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_a_request_arriving_while_others_stream_is_served():
+    """Threads are not starved by streams: slots + queue + spare."""
+    with live_server("--kv-slots", "2", "--max-queue", "2") as base:
+        results: list[int] = []
+
+        def one() -> None:
+            with socket.create_connection(_addr(base), timeout=60) as s:
+                s.sendall(_request(body={**CHAT, "max_tokens": 16}))
+                results.append(_read_response(s, timeout=60)[0])
+
+        workers = [threading.Thread(target=one) for _ in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert results == [200] * 4
