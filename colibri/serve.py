@@ -125,6 +125,15 @@ def main(argv: list[str] | None = None) -> int:
             self.cfg.set("keepalive", 5)
             self.cfg.set("limit_request_line", 8190)
             self.cfg.set("post_worker_init", self._post_worker_init)
+            self.cfg.set("worker_exit", self._worker_exit)
+
+        @staticmethod
+        def _worker_exit(server: Any, worker: Any) -> None:
+            # The requests still running at SIGTERM have finished (or the grace period ran
+            # out): write the KV state they left before the process ends.
+            svc = holder.get("service")
+            if svc is not None:
+                svc.close()
 
         @staticmethod
         def _post_worker_init(worker: Any) -> None:

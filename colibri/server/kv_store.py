@@ -5,6 +5,12 @@ the engine's slot state. Writes go to a temporary file that is fsynced and renam
 old one, so a process killed mid-write leaves the old file or a stray temporary, never a
 torn file under the real name; a file that still fails its checks (truncated, foreign
 model, corrupt) is discarded at start, never loaded.
+
+The engine thread only copies a released slot's state (a memory copy); hashing, writing and
+fsync happen on a writer thread, so no stream waits for a disk. When a slot is released
+again before its previous state was written, only the latest state is written. A clean
+shutdown (`close`) writes what is pending; a killed process loses at most the states not yet
+written, and each slot file on disk is then an older valid state, or absent.
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import json
 import logging
 import os
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +44,59 @@ class KvStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.engine = engine
         self.fp = model_fingerprint
+        self.pending: dict[int, bytes] = {}  # slot -> latest state not yet written
+        self.writes = 0  # files written (a test and the soak read it)
+        self.superseded = 0  # states replaced by a newer one before they were written
+        self._cv = threading.Condition()
+        self._closing = False
+        self._writing = False
+        self._writer = threading.Thread(target=self._write_loop, name="colibri-kv-writer", daemon=True)
+        self._writer.start()
 
     def path(self, slot: int) -> Path:
         return self.dir / f"slot-{slot}.colikv"
 
     def save(self, slot: int) -> None:
+        """Queue the slot's current state for writing (called on the engine thread)."""
         data = self.engine.slot_state(slot)
+        with self._cv:
+            if slot in self.pending:
+                self.superseded += 1
+            self.pending[slot] = data
+            self._cv.notify_all()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self.pending and not self._closing:
+                    self._cv.wait()
+                if not self.pending:
+                    return
+                slot = next(iter(self.pending))
+                data = self.pending.pop(slot)
+                self._writing = True
+            try:
+                self.write(slot, data)
+            except Exception:  # a full disk must not stop later writes, nor any request
+                log.exception("writing the KV state of slot %d failed", slot)
+            finally:
+                with self._cv:
+                    self._writing = False
+                    self._cv.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued state is on disk; False if `timeout` passed first."""
+        with self._cv:
+            return self._cv.wait_for(lambda: not self.pending and not self._writing, timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write what is pending, then stop the writer."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        self._writer.join(timeout)
+
+    def write(self, slot: int, data: bytes) -> None:
         tmp = self.dir / f".slot-{slot}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             f.write(HEADER.pack(MAGIC, self.fp, len(data), hashlib.sha256(data).digest()))
@@ -55,6 +109,7 @@ class KvStore:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+        self.writes += 1
 
     def _check(self, raw: bytes) -> bytes | str:
         if len(raw) < HEADER.size:

@@ -54,6 +54,7 @@ class Service:
             i for t in self.family.get("end_tokens", []) if (i := self.model.token_id(t)) is not None)
         self.metrics = scheduler.metrics if scheduler else Metrics(registry)
         self.kv_report: dict[int, str] = {}
+        self.kv_store: Any = None
         if scheduler is None:
             engine = self.model.engine(n_slots=settings.kv_slots, n_threads=settings.n_threads)
             store = None
@@ -62,6 +63,7 @@ class Service:
 
                 store = KvStore(settings.kv_dir, engine, fingerprint(self.model.hf_config, self.model.weights))
                 self.kv_report = store.load_all(settings.kv_slots)
+                self.kv_store = store
             scheduler = Scheduler(engine, n_slots=settings.kv_slots, max_queue=settings.max_queue,
                                   queue_timeout=settings.queue_timeout, metrics=self.metrics,
                                   step_delay=settings.step_delay, on_release=store.save if store else None)
@@ -69,6 +71,12 @@ class Service:
         self.validators = {ep: RequestValidator(self.spec, ep, settings.family, settings.validator_settings())
                            for ep in ("chat", "completions", "messages", "render")}
         self.started = int(time.time())
+
+    def close(self) -> None:
+        """Stop taking work (waiters get 503 scheduler_closed) and write pending KV state."""
+        self.scheduler.close()
+        if self.kv_store is not None:
+            self.kv_store.close()
 
     def validate(self, endpoint: str, body: dict[str, Any]) -> None:
         failure = self.validators[endpoint].first_failure(body)
