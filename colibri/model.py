@@ -8,6 +8,7 @@ directory a user already has loads the same way.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -33,28 +34,96 @@ class ModelConfig:
     tie_embeddings: bool
     rope_theta: float
     norm_eps: float
+    head_dim: int = 0  # 0: dim / n_heads
+    rope_inv_freq: tuple[float, ...] | None = None  # a scaled RoPE's frequencies; None: plain rope_theta
 
     @classmethod
     def from_hf(cls, cfg: dict[str, Any], n_ctx: int | None = None) -> ModelConfig:
+        """Read a transformers config.json: the 4.x layout (`rope_theta`, `rope_scaling`) and the
+        5.x one (`rope_parameters` holding both)."""
         arch = set(cfg.get("architectures") or [])
         if cfg.get("model_type") not in ("llama", "mistral") and not arch & LLAMA_ARCHITECTURES:
             raise ConfigMismatchError(f"not a Llama-family config (model_type={cfg.get('model_type')!r})")
-        if cfg.get("rope_scaling"):
-            raise ConfigMismatchError("rope_scaling is not supported by the engine")
         if cfg.get("hidden_act", "silu") != "silu":
             raise ConfigMismatchError(f"hidden_act {cfg['hidden_act']!r} is not supported (silu only)")
         try:
             heads = int(cfg["num_attention_heads"])
+            dim = int(cfg["hidden_size"])
+            head_dim = int(cfg.get("head_dim") or 0)
+            if head_dim == dim // heads and dim % heads == 0:
+                head_dim = 0  # the usual width: leave it implicit
+            params = rope_parameters(cfg)
+            theta = float(params.get("rope_theta", 10000.0))
+            ctx = int(n_ctx or cfg.get("max_position_embeddings", 2048))
             return cls(
-                dim=int(cfg["hidden_size"]), hidden_dim=int(cfg["intermediate_size"]),
+                dim=dim, hidden_dim=int(cfg["intermediate_size"]),
                 n_layers=int(cfg["num_hidden_layers"]), n_heads=heads,
                 n_kv_heads=int(cfg.get("num_key_value_heads") or heads), vocab_size=int(cfg["vocab_size"]),
-                n_ctx=int(n_ctx or cfg.get("max_position_embeddings", 2048)),
-                tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                rope_theta=float(cfg.get("rope_theta", 10000.0)), norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+                n_ctx=ctx, tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                rope_theta=theta, norm_eps=float(cfg.get("rms_norm_eps", 1e-5)), head_dim=head_dim,
+                rope_inv_freq=scaled_rope(params, theta, head_dim or dim // heads, ctx),
             )
         except KeyError as e:
             raise ConfigMismatchError(f"config.json lacks {e.args[0]!r}") from None
+
+
+def rope_parameters(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One dict of RoPE settings from either config layout: transformers 5 writes
+    `rope_parameters: {rope_type, rope_theta, ...}`; 4.x a top-level `rope_theta` and an
+    optional `rope_scaling: {rope_type or type, factor, ...}`."""
+    params: dict[str, Any] = {}
+    if isinstance(cfg.get("rope_parameters"), dict):
+        params.update(cfg["rope_parameters"])
+    if isinstance(cfg.get("rope_scaling"), dict):
+        params.update({k: v for k, v in cfg["rope_scaling"].items() if k not in params})
+    if "rope_theta" in cfg and "rope_theta" not in params:
+        params["rope_theta"] = cfg["rope_theta"]
+    if "type" in params and "rope_type" not in params:
+        params["rope_type"] = params["type"]
+    return params
+
+
+def scaled_rope(params: dict[str, Any], theta: float, head_dim: int, n_ctx: int) -> tuple[float, ...] | None:
+    """The inverse frequencies of a scaled RoPE, or None for the plain one.
+
+    `linear` divides every frequency by the factor (positions stretched evenly). `llama3`
+    leaves short wavelengths alone, divides long ones by the factor and blends in between,
+    with the band edges set by the original context length over the low and high frequency
+    factors. `dynamic` equals the plain RoPE up to the original context, which is all it is
+    used for here; beyond it, and for the other kinds, the config is refused by name."""
+    kind = params.get("rope_type") or "default"
+    if kind == "default":
+        return None
+    base = [theta ** (-2.0 * i / head_dim) for i in range(head_dim // 2)]
+    factor = float(params.get("factor", 1.0))
+    if factor <= 0:
+        raise ConfigMismatchError(f"rope scaling factor must be positive, not {factor}")
+    if kind == "linear":
+        return tuple(f / factor for f in base)
+    if kind == "dynamic":
+        original = int(params.get("original_max_position_embeddings") or n_ctx)
+        if n_ctx <= original:
+            return None
+        raise ConfigMismatchError(f"dynamic RoPE scaling beyond {original} positions is not supported; "
+                                  f"serve with --ctx {original}")
+    if kind == "llama3":
+        low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
+        original = float(params["original_max_position_embeddings"])
+        if high <= low:
+            raise ConfigMismatchError("llama3 RoPE scaling needs high_freq_factor > low_freq_factor")
+        out = []
+        for f in base:
+            wavelength = 2 * math.pi / f
+            if wavelength < original / high:  # short: kept
+                out.append(f)
+            elif wavelength > original / low:  # long: scaled
+                out.append(f / factor)
+            else:  # between: a blend of the two, by where the wavelength falls
+                blend = (original / wavelength - low) / (high - low)
+                out.append((1 - blend) * f / factor + blend * f)
+        return tuple(out)
+    raise ConfigMismatchError(f"RoPE scaling {kind!r} is not supported (default, linear, llama3, dynamic within "
+                              "the original context)")
 
 
 def open_engine(weights: Path, config: ModelConfig, n_slots: int = 1, n_threads: int = 0) -> Any:
@@ -65,7 +134,8 @@ def open_engine(weights: Path, config: ModelConfig, n_slots: int = 1, n_threads:
     return _engine.Engine(str(weights), dim=c.dim, hidden_dim=c.hidden_dim, n_layers=c.n_layers, n_heads=c.n_heads,
                           n_kv_heads=c.n_kv_heads, vocab_size=c.vocab_size, n_ctx=c.n_ctx,
                           tie_embeddings=c.tie_embeddings, rope_theta=c.rope_theta, norm_eps=c.norm_eps,
-                          n_slots=n_slots, n_threads=n_threads)
+                          n_slots=n_slots, n_threads=n_threads, head_dim=c.head_dim,
+                          rope_inv_freq=None if c.rope_inv_freq is None else list(c.rope_inv_freq))
 
 
 def _byte_decoder() -> dict[str, int]:

@@ -446,7 +446,11 @@ def request_id_header(ctx: CheckContext) -> None:
 
 
 def _render(ctx: CheckContext) -> dict[str, Any]:
-    return dict(ctx.exchange.json())
+    doc = ctx.exchange.json()
+    missing = [k for k in ("prompt", "tokens", "control_tokens") if not isinstance(doc, dict) or k not in doc]
+    if missing:
+        raise CheckFailure("render body", "a /v1/render answer (prompt, tokens, control_tokens)", f"lacks {missing}")
+    return dict(doc)
 
 
 def prompt_has_required_instruction(ctx: CheckContext) -> None:
@@ -511,7 +515,10 @@ def prompt_specials_literal(ctx: CheckContext) -> None:
     plain = ctx.resend(_without_markers(body))
     if plain.status != 200:
         raise CheckFailure("prompt_specials_literal", "the request without the marker text renders too", plain.status)
-    want, got = len(plain.json()["control_tokens"]), len(doc["control_tokens"])
+    plain_doc = plain.json()
+    if not isinstance(plain_doc, dict) or not isinstance(plain_doc.get("control_tokens"), list):
+        raise CheckFailure("prompt_specials_literal", "a /v1/render answer with control_tokens", plain_doc)
+    want, got = len(plain_doc["control_tokens"]), len(doc["control_tokens"])
     if got != want:
         raise CheckFailure("prompt_specials_literal", f"{want} control tokens (the template's own)",
                            f"{got}: the request's text added {got - want}")

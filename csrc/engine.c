@@ -686,11 +686,22 @@ static int bind_packed(colibri_engine *e, const tensor_info *ts, int nt, const c
     return COLIBRI_OK;
 }
 
+/* The head width: given, or dim / n_heads (then n_heads must divide dim); 0 if invalid. */
+static int head_width(const colibri_config *c) {
+    if (c->head_dim > 0) return c->head_dim;
+    if (c->head_dim < 0 || c->n_heads <= 0 || c->dim % c->n_heads) return 0;
+    return c->dim / c->n_heads;
+}
+
 static int check_config(const colibri_config *c) {
+    int hs = head_width(c);
     if (c->dim <= 0 || c->hidden_dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0
-        || c->vocab_size <= 0 || c->n_ctx <= 0 || c->dim % c->n_heads || c->n_heads % c->n_kv_heads
-        || (c->dim / c->n_heads) % 2 || c->rope_theta <= 0 || c->norm_eps <= 0)
+        || c->vocab_size <= 0 || c->n_ctx <= 0 || c->n_heads % c->n_kv_heads
+        || hs <= 0 || hs % 2 || c->rope_theta <= 0 || c->norm_eps <= 0)
         return COLIBRI_E_CONFIG;
+    if (c->rope_inv_freq)
+        for (int i = 0; i < hs / 2; i++)
+            if (!(c->rope_inv_freq[i] > 0) || !isfinite(c->rope_inv_freq[i])) return COLIBRI_E_CONFIG;
     return COLIBRI_OK;
 }
 
@@ -717,7 +728,9 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     e->map = map;
     e->map_size = size;
     e->cfg = *cfg;
-    e->head_size = cfg->dim / cfg->n_heads;
+    e->cfg.rope_inv_freq = NULL;  /* the caller's array is only read below, never kept */
+    e->head_size = head_width(cfg);
+    e->cfg.head_dim = e->head_size;
     e->kv_dim = cfg->n_kv_heads * e->head_size;
     e->q_dim = cfg->n_heads * e->head_size;
     e->n_slots = n_slots;
@@ -791,7 +804,8 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     if (!e->rope_cos || !e->rope_sin) { rc = COLIBRI_E_NOMEM; goto fail; }
     for (int p = 0; p < cfg->n_ctx; p++)
         for (int i = 0; i < half; i++) {
-            double freq = pow((double)cfg->rope_theta, -2.0 * i / e->head_size);
+            double freq = cfg->rope_inv_freq ? (double)cfg->rope_inv_freq[i]
+                                             : pow((double)cfg->rope_theta, -2.0 * i / e->head_size);
             e->rope_cos[(size_t)p * half + i] = (float)cos(p * freq);
             e->rope_sin[(size_t)p * half + i] = (float)sin(p * freq);
         }

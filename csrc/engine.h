@@ -56,6 +56,10 @@ typedef struct {
     int tie_embeddings; /* 1: the output projection is the token embedding */
     float rope_theta;
     float norm_eps;
+    int head_dim;     /* width of one attention head; 0: dim / n_heads */
+    /* head_dim/2 RoPE inverse frequencies (a scaled RoPE, e.g. Llama 3's), read by
+     * colibri_load only; NULL: rope_theta^(-2i/head_dim). */
+    const float *rope_inv_freq;
 } colibri_config;
 
 typedef struct colibri_engine colibri_engine;

@@ -30,6 +30,8 @@ cdef extern from "engine.h" nogil:
         int tie_embeddings
         float rope_theta
         float norm_eps
+        int head_dim
+        const float *rope_inv_freq
 
     ctypedef struct colibri_engine:
         pass

@@ -45,8 +45,9 @@ cdef class Engine:
 
     def __cinit__(self, str path, *, int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads,
                   int vocab_size, int n_ctx, bint tie_embeddings, float rope_theta, float norm_eps,
-                  int n_slots=1, int n_threads=0):
+                  int n_slots=1, int n_threads=0, int head_dim=0, rope_inv_freq=None):
         cdef colibri_config cfg
+        cdef cnp.ndarray[float, ndim=1, mode="c"] inv_freq
         cfg.dim = dim
         cfg.hidden_dim = hidden_dim
         cfg.n_layers = n_layers
@@ -57,6 +58,13 @@ cdef class Engine:
         cfg.tie_embeddings = tie_embeddings
         cfg.rope_theta = rope_theta
         cfg.norm_eps = norm_eps
+        cfg.head_dim = head_dim
+        cfg.rope_inv_freq = NULL
+        if rope_inv_freq is not None:
+            inv_freq = np.ascontiguousarray(rope_inv_freq, dtype=np.float32)
+            if inv_freq.shape[0] != (head_dim or (dim // n_heads if n_heads else 0)) // 2:
+                raise engine_errors.ConfigMismatchError("rope_inv_freq must hold head_dim/2 values")
+            cfg.rope_inv_freq = &inv_freq[0]
         cdef bytes bpath = path.encode()
         cdef const char *cpath = bpath
         cdef int rc

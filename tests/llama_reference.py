@@ -10,6 +10,26 @@ import numpy as np
 from safetensors.numpy import load_file
 
 
+def _inverse_frequencies(rope: dict, theta: float, hs: int) -> np.ndarray:
+    """RoPE frequencies, vectorised: plain, linear, or Llama 3's banded scaling."""
+    freq = theta ** (-np.arange(0, hs, 2, dtype=np.float64) / hs)
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind == "linear":
+        return freq / rope["factor"]
+    if kind == "llama3":
+        factor, lo, hi = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+        old = rope["original_max_position_embeddings"]
+        wave = 2 * np.pi / freq
+        scaled = np.where(wave > old / lo, freq / factor, freq)
+        t = (old / wave - lo) / (hi - lo)
+        middle = (wave >= old / hi) & (wave <= old / lo)
+        return np.where(middle, (1 - t) * scaled / factor + t * scaled, scaled)
+    # dynamic NTK scaling only changes anything past the original context, which these
+    # reference runs never reach
+    assert kind in ("default", "dynamic"), kind
+    return freq
+
+
 class ReferenceLlama:
     def __init__(self, path: Path):
         cfg = json.loads((path / "config.json").read_text())
@@ -17,9 +37,11 @@ class ReferenceLlama:
         self.n_layers = cfg["num_hidden_layers"]
         self.n_heads = cfg["num_attention_heads"]
         self.n_kv = cfg.get("num_key_value_heads") or self.n_heads
-        self.hs = self.dim // self.n_heads
+        self.hs = cfg.get("head_dim") or self.dim // self.n_heads
         self.eps = cfg.get("rms_norm_eps", 1e-5)
-        self.theta = cfg.get("rope_theta", 10000.0)
+        rope = {**(cfg.get("rope_scaling") or {}), **(cfg.get("rope_parameters") or {})}
+        self.theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+        self.freq = _inverse_frequencies(rope, self.theta, self.hs)
         w = {k: v.astype(np.float64) for k, v in load_file(str(path / "model.safetensors")).items()}
         self.w = w
         self.lm_head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
@@ -29,8 +51,7 @@ class ReferenceLlama:
 
     def _rope(self, x, positions):  # x (T, heads, hs), rotate-half pairing
         half = self.hs // 2
-        freq = self.theta ** (-np.arange(half) * 2.0 / self.hs)
-        ang = positions[:, None] * freq[None, :]
+        ang = positions[:, None] * self.freq[None, :]
         cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
@@ -64,12 +85,17 @@ class ReferenceLlama:
 
 def write_random_model(path: Path, *, seed: int = 0, dim: int = 64, hidden: int = 160, layers: int = 2,
                        heads: int = 4, kv_heads: int = 2, vocab: int = 97, ctx: int = 128, tied: bool = True,
-                       dtype: str = "float32") -> Path:
-    """A seeded random-weight Llama in the real directory layout (config.json + model.safetensors)."""
+                       dtype: str = "float32", head_dim: int | None = None, rope: dict | None = None,
+                       layout: str = "transformers4") -> Path:
+    """A seeded random-weight Llama in the real directory layout (config.json + model.safetensors).
+
+    `rope` holds RoPE settings beyond theta (rope_type, factor, ...); `layout` "transformers5"
+    writes them, theta included, as `rope_parameters` the way transformers 5 does, and
+    "transformers4" as a top-level rope_theta plus `rope_scaling`."""
     from safetensors.numpy import save_file
 
     rng = np.random.default_rng(seed)
-    hs = dim // heads
+    hs = head_dim or dim // heads
     t: dict[str, np.ndarray] = {"model.embed_tokens.weight": rng.normal(0, 0.5, (vocab, dim)),
                                 "model.norm.weight": rng.uniform(0.5, 1.5, dim)}
     if not tied:
@@ -91,5 +117,14 @@ def write_random_model(path: Path, *, seed: int = 0, dim: int = 64, hidden: int 
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim,
         "intermediate_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
         "num_key_value_heads": kv_heads, "vocab_size": vocab, "max_position_embeddings": ctx,
-        "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": tied, "hidden_act": "silu"}))
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": tied, "hidden_act": "silu",
+        **({"head_dim": head_dim} if head_dim else {}), **_rope_layout(rope or {}, layout)}))
     return path
+
+
+def _rope_layout(rope: dict, layout: str) -> dict:
+    theta = rope.get("rope_theta", 10000.0)
+    extra = {k: v for k, v in rope.items() if k != "rope_theta"}
+    if layout == "transformers5":
+        return {"rope_parameters": {"rope_type": "default", "rope_theta": theta, **extra}}
+    return {"rope_theta": theta, **({"rope_scaling": extra} if extra else {})}

@@ -3,6 +3,7 @@ a writer thread hashes, writes and fsyncs; the latest state per slot wins; close
 what is pending. Rule ops.kv-persistence (its restart test is in test_live_server)."""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -71,6 +72,9 @@ def test_close_writes_what_is_pending(tmp_path):
 
 
 def test_a_failing_write_is_logged_and_later_writes_go_on(tmp_path, caplog):
+    # The server's logger may not propagate to the root (the app configures it), so listen on it.
+    logger = logging.getLogger("colibri.server")
+    logger.addHandler(caplog.handler)
     engine = FakeEngine()
     store = KvStore(tmp_path, engine, b"f" * 32)
     real = store.write
@@ -87,5 +91,6 @@ def test_a_failing_write_is_logged_and_later_writes_go_on(tmp_path, caplog):
     assert store.flush(5)
     store.save(1)
     assert store.flush(5)
+    logger.removeHandler(caplog.handler)
     assert store.writes == 1 and "disk full" in caplog.text
     store.close()
