@@ -108,18 +108,18 @@ def scaled_rope(params: dict[str, Any], theta: float, head_dim: int, n_ctx: int)
                                   f"serve with --ctx {original}")
     if kind == "llama3":
         low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
-        original = float(params["original_max_position_embeddings"])
+        span = float(params["original_max_position_embeddings"])
         if high <= low:
             raise ConfigMismatchError("llama3 RoPE scaling needs high_freq_factor > low_freq_factor")
         out = []
         for f in base:
             wavelength = 2 * math.pi / f
-            if wavelength < original / high:  # short: kept
+            if wavelength < span / high:  # short: kept
                 out.append(f)
-            elif wavelength > original / low:  # long: scaled
+            elif wavelength > span / low:  # long: scaled
                 out.append(f / factor)
             else:  # between: a blend of the two, by where the wavelength falls
-                blend = (original / wavelength - low) / (high - low)
+                blend = (span / wavelength - low) / (high - low)
                 out.append((1 - blend) * f / factor + blend * f)
         return tuple(out)
     raise ConfigMismatchError(f"RoPE scaling {kind!r} is not supported (default, linear, llama3, dynamic within "
