@@ -166,6 +166,18 @@ class Model:
             raise WeightsIOError(f"{self.path} has no model.safetensors")
         self.tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
 
+    def own_template(self) -> str | None:
+        """The template the model directory ships for itself (not a family's file), if any."""
+        f = self.path / "chat_template.jinja"
+        if f.is_file():
+            return f.read_text()
+        tc = self.path / "tokenizer_config.json"
+        if tc.is_file():
+            tpl = json.loads(tc.read_text()).get("chat_template")
+            if isinstance(tpl, str):
+                return tpl
+        return None
+
     def template(self, name: str | None = None) -> str:
         """The chat template: the named file, chat_template.jinja, or tokenizer_config.json's."""
         for candidate in ([name] if name else []) + ["chat_template.jinja"]:

@@ -15,8 +15,10 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--host", "COLI_HOST", str, "127.0.0.1", "address to bind (loopback by default)"),
     ("--port", "COLI_PORT", int, 8000, "port to bind"),
     ("--model", "COLI_MODEL", str, None, "a Hugging Face Llama-family model directory (default: the embedded model)"),
-    ("--model-id", "COLI_MODEL_ID", str, "colibri-tiny", "the model id clients must name"),
-    ("--family", "COLI_FAMILY", str, "glm", "row of spec/families.yaml: glm, chatml, qwen-xml, plain"),
+    ("--model-id", "COLI_MODEL_ID", str, None,
+     "the model id clients must name (default: the --model directory's name, or colibri-tiny)"),
+    ("--family", "COLI_FAMILY", str, None, "row of spec/families.yaml: glm, chatml, qwen-xml, chatml-text, plain "
+     "(default: detected from the --model directory's own chat template; glm for the embedded model)"),
     ("--kv-slots", "COLI_KV_SLOTS", int, 4, "independent KV slots, 1..16"),
     ("--max-queue", "COLI_MAX_QUEUE", int, 8, "requests that may wait for a slot"),
     ("--queue-timeout", "COLI_QUEUE_TIMEOUT", float, 300.0, "seconds a request may wait"),
@@ -60,7 +62,8 @@ def settings_from(args: argparse.Namespace) -> Any:
 
     hosts = args.allowed_host or [h for h in os.environ.get("COLI_ALLOWED_HOSTS", "").split(",") if h.strip()]
     origins = args.cors_origin or [o for o in os.environ.get("COLI_CORS_ORIGINS", "").split(",") if o.strip()]
-    return Settings(model_id=args.model_id, family=args.family, kv_slots=int(args.kv_slots),
+    return Settings(model_id=args.model_id or "colibri-tiny", family=args.family or "glm",
+                    kv_slots=int(args.kv_slots),
                     max_queue=int(args.max_queue), queue_timeout=float(args.queue_timeout),
                     max_tokens=int(args.max_tokens), api_key=args.api_key or None, allowed_hosts=hosts,
                     cors_origins=origins or list(DEFAULT_CORS), continue_assistant=not args.no_continue_assistant,
@@ -79,6 +82,22 @@ def http_threads(args: argparse.Namespace) -> int:
     if args.threads is not None:
         return int(args.threads)
     return int(args.kv_slots) + int(args.max_queue) + SPARE_THREADS
+
+
+def resolve_model_defaults(args: argparse.Namespace, model: Any) -> str:
+    """Fill --model-id and --family when not given; returns how the family was chosen."""
+    if args.model_id is None:
+        args.model_id = model.path.name if args.model else "colibri-tiny"
+    if args.family is not None:
+        return "from --family"
+    if not args.model:
+        args.family = "glm"
+        return "the embedded model's default"
+    from .families import detect_family
+    from .spec import load_spec
+
+    args.family, why = detect_family(model.own_template(), load_spec())
+    return f"detected: {why}; override with --family"
 
 
 def check_args(args: argparse.Namespace) -> str | None:
@@ -107,11 +126,18 @@ def main(argv: list[str] | None = None) -> int:
     from .server.app import create_app
     from .server.service import Service
 
+    model = Model(args.model, n_ctx=args.ctx)  # fail early, in the parent, on a bad model directory
+    family_note = resolve_model_defaults(args, model)
+    from .spec import load_spec
+
+    families = load_spec().families
+    if args.family not in families:
+        print(f"colibri serve: unknown --family {args.family!r}; known: {', '.join(families)}", file=sys.stderr)
+        return 2
     settings = settings_from(args)
     # read by the worker module at import, in the worker process
     os.environ["COLI_READ_DEADLINE"] = str(args.read_deadline)
     os.environ["COLI_MAX_CLIENT_CONNECTIONS"] = str(args.max_client_connections)
-    model = Model(args.model, n_ctx=args.ctx)  # fail early, in the parent, on a bad model directory
     holder: dict[str, Any] = {}
 
     class App(BaseApplication):  # type: ignore[misc]
@@ -155,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             holder["service"] = svc
             for slot, what in sorted(svc.kv_report.items()):
                 print(f"colibri: KV slot {slot}: {what}", flush=True)
+            print(f"colibri: family {settings.family} ({family_note})", flush=True)
             print(f"colibri: serving {settings.model_id} (family {settings.family}, {model.config.n_ctx}-token context, "
                   f"{settings.kv_slots} KV slots, model {model.path}) on http://{args.host}:{args.port}/v1",
                   flush=True)

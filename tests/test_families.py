@@ -1,0 +1,60 @@
+"""Family detection from a model's own chat template, and the defaults `colibri serve`
+derives from a --model directory (issue 13, point 1)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from colibri.families import detect_family
+from colibri.paths import EMBEDDED_MODEL
+from colibri.serve import build_parser, resolve_model_defaults
+
+# A ChatML template without a tool block, the shape SmolLM2 and many small models ship.
+CHATML_TEXT = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+               "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+LLAMA2 = "{% for m in messages %}{{ '[INST] ' + m['content'] + ' [/INST]' }}{% endfor %}"
+
+
+@pytest.mark.parametrize("name, family", [("glm", "glm"), ("chatml", "chatml"), ("qwen-xml", "qwen-xml")])
+def test_each_embedded_template_is_detected_as_its_own_family(spec, name, family):
+    text = (EMBEDDED_MODEL / f"chat_template.{name}.jinja").read_text()
+    got, why = detect_family(text, spec)
+    assert got == family
+    assert "contains" in why
+
+
+def test_chatml_without_tools_is_chatml_text_and_unknown_shapes_are_plain(spec):
+    assert detect_family(CHATML_TEXT, spec) == ("chatml-text", "its chat template contains <|im_start|>")
+    assert detect_family(LLAMA2, spec)[0] == "plain"
+    assert detect_family(None, spec) == ("plain", "the model has no chat template of its own")
+
+
+class FakeModel:
+    def __init__(self, path: Path, template: str | None):
+        self.path = path
+        self._template = template
+
+    def own_template(self) -> str | None:
+        return self._template
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(list(argv))
+
+
+def test_a_model_directory_names_the_served_id_and_picks_the_family(tmp_path, monkeypatch):
+    for var in ("COLI_MODEL_ID", "COLI_FAMILY"):
+        monkeypatch.delenv(var, raising=False)
+    d = tmp_path / "SmolLM2-135M-Instruct"
+    args = _args("--model", str(d))
+    note = resolve_model_defaults(args, FakeModel(d, CHATML_TEXT))
+    assert (args.model_id, args.family) == ("SmolLM2-135M-Instruct", "chatml-text")
+    assert note.startswith("detected: its chat template contains <|im_start|>")
+    args = _args("--model", str(d), "--family", "plain", "--model-id", "mine")
+    assert resolve_model_defaults(args, FakeModel(d, CHATML_TEXT)) == "from --family"
+    assert (args.model_id, args.family) == ("mine", "plain")
+    args = _args()
+    resolve_model_defaults(args, FakeModel(EMBEDDED_MODEL, None))
+    assert (args.model_id, args.family) == ("colibri-tiny", "glm")
