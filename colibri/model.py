@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -151,6 +152,23 @@ def _byte_decoder() -> dict[str, int]:
     return {chr(c): b for b, c in zip(bs, cs, strict=True)}
 
 
+_BYTE_DECODER = _byte_decoder()
+
+
+def _byte_level_bytes(text: str) -> bytes:
+    dec = _BYTE_DECODER
+    return bytes(dec[ch] for ch in text) if all(ch in dec for ch in text) else text.encode()
+
+
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _piece_bytes(text: str) -> bytes:
+    """A SentencePiece piece: `<0xNN>` is that one byte (byte fallback); `▁` is a space."""
+    m = _BYTE_TOKEN.fullmatch(text)
+    return bytes([int(m.group(1), 16)]) if m else text.replace("\u2581", " ").encode()
+
+
 class Model:
     """A model directory: config, tokenizer, templates, and an engine built on demand."""
 
@@ -251,10 +269,27 @@ class Model:
                 for i, tok in self.tokenizer.get_added_tokens_decoder().items()]
 
     @cached_property
+    def sentencepiece(self) -> bool:
+        """Whether token texts are SentencePiece pieces (`▁` for a space, `<0x0A>` byte
+        tokens) rather than byte-level BPE's printable stand-ins for bytes."""
+        doc = json.loads(self.tokenizer.to_str())
+        kinds: set[str] = set()
+        for part in (doc.get("decoder"), doc.get("pre_tokenizer")):
+            stack = [part]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, dict):
+                    kinds.add(str(node.get("type")))
+                    stack.extend(node.get("decoders") or node.get("pretokenizers") or [])
+        if "ByteLevel" in kinds:
+            return False
+        return bool(kinds & {"Metaspace", "ByteFallback", "Replace"}) or bool((doc.get("model") or {}).get("byte_fallback"))
+
+    @cached_property
     def token_bytes(self) -> list[bytes]:
         """The UTF-8 bytes each token id stands for (special tokens: empty). A token may hold
         only part of a multi-byte character; callers must assemble bytes, not decode ids alone."""
-        dec = _byte_decoder()
+        piece = _piece_bytes if self.sentencepiece else _byte_level_bytes
         vocab = self.tokenizer.get_vocab(with_added_tokens=True)
         table = [b""] * self.config.vocab_size
         added = {t.id: t for t in self._added()}
@@ -264,5 +299,5 @@ class Model:
             if i in added:
                 table[i] = b"" if added[i].special else added[i].content.encode()
             else:
-                table[i] = bytes(dec[ch] for ch in text) if all(ch in dec for ch in text) else text.encode()
+                table[i] = piece(text)
         return table

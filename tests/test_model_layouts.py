@@ -107,3 +107,43 @@ def test_the_engine_refuses_bad_frequencies_itself(tmp_path):
         eng.Engine(str(path / "model.safetensors"), **kw, rope_inv_freq=[1.0] * 3)
     with pytest.raises(ConfigMismatchError):
         eng.Engine(str(path / "model.safetensors"), **kw, head_dim=7)
+
+
+def _sentencepiece_dir(tmp_path: Path) -> Path:
+    """A random model with a Llama-2-style tokenizer: Unigram pieces with `▁` for spaces and
+    <0xNN> byte-fallback tokens, written with HF tokenizers (no download)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    pieces += ["▁", "▁hello", "▁world", "▁w", "hello", "r", "l", "d", "o", "h", "e", "w"]
+    tok = Tokenizer(models.Unigram([(p, -1.0 - i / 100) for i, p in enumerate(pieces)], unk_id=0, byte_fallback=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    path = write_random_model(tmp_path, vocab=len(pieces))
+    tok.save(str(path / "tokenizer.json"))
+    return path
+
+
+def test_sentencepiece_token_bytes(tmp_path):
+    from colibri.model import Model
+
+    model = Model(_sentencepiece_dir(tmp_path))
+    assert model.sentencepiece
+    table = model.token_bytes
+    tok = model.tokenizer
+    assert table[tok.token_to_id("▁hello")] == b" hello"
+    assert table[tok.token_to_id("<0x0A>")] == b"\n"
+    text = "hello wörld\nhello"
+    ids = model.encode(text)
+    assert tok.token_to_id("<0xC3>") in ids  # ö came through byte fallback
+    assert b"".join(table[i] for i in ids).decode() == " " + text  # the dummy prefix space, then the text
+
+
+def test_byte_level_vocabulary_is_not_taken_for_sentencepiece():
+    from colibri.model import Model
+
+    model = Model()
+    assert not model.sentencepiece
+    ids = model.encode("héllo wörld\n")
+    assert b"".join(model.token_bytes[i] for i in ids).decode() == "héllo wörld\n"
