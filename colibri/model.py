@@ -62,7 +62,8 @@ class ModelConfig:
                 n_kv_heads=int(cfg.get("num_key_value_heads") or heads), vocab_size=int(cfg["vocab_size"]),
                 n_ctx=ctx, tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
                 rope_theta=theta, norm_eps=float(cfg.get("rms_norm_eps", 1e-5)), head_dim=head_dim,
-                rope_inv_freq=scaled_rope(params, theta, head_dim or dim // heads, ctx),
+                rope_inv_freq=tuple(cfg["rope_inv_freq"]) if cfg.get("rope_inv_freq")  # a GGUF's rope_freqs
+                else scaled_rope(params, theta, head_dim or dim // heads, ctx),
             )
         except KeyError as e:
             raise ConfigMismatchError(f"config.json lacks {e.args[0]!r}") from None
@@ -170,10 +171,23 @@ def _piece_bytes(text: str) -> bytes:
 
 
 class Model:
-    """A model directory: config, tokenizer, templates, and an engine built on demand."""
+    """A model directory (or a llama GGUF file): config, tokenizer, templates, and an engine
+    built on demand."""
 
     def __init__(self, path: Path | str | None = None, *, n_ctx: int | None = None):
         self.path = Path(path) if path else EMBEDDED_MODEL
+        self.gguf: Any = None
+        if self.path.is_file():
+            from .gguf_file import read_gguf
+
+            self.gguf = read_gguf(self.path)
+            self.hf_config = self.gguf.hf_config
+            self.config = ModelConfig.from_hf(self.hf_config, n_ctx)
+            self.weights = self.path
+            self.tokenizer = self.gguf.tokenizer
+            return
+        if not self.path.is_dir():
+            raise WeightsIOError(f"{self.path} is neither a model directory nor a GGUF file")
         cfg_file = self.path / "config.json"
         if not cfg_file.is_file():
             raise WeightsIOError(f"{self.path} has no config.json")
@@ -184,8 +198,15 @@ class Model:
             raise WeightsIOError(f"{self.path} has no model.safetensors")
         self.tokenizer = Tokenizer.from_file(str(self.path / "tokenizer.json"))
 
+    @property
+    def name(self) -> str:
+        """The default served id: the directory's name, or the GGUF file's without .gguf."""
+        return self.path.stem if self.gguf else self.path.name
+
     def own_template(self) -> str | None:
         """The template the model directory ships for itself (not a family's file), if any."""
+        if self.gguf:
+            return self.gguf.template  # type: ignore[no-any-return]
         f = self.path / "chat_template.jinja"
         if f.is_file():
             return f.read_text()
@@ -197,7 +218,12 @@ class Model:
         return None
 
     def template(self, name: str | None = None) -> str:
-        """The chat template: the named file, chat_template.jinja, or tokenizer_config.json's."""
+        """The chat template: the named file, chat_template.jinja, or tokenizer_config.json's
+        (a GGUF file: the template in its metadata)."""
+        if self.gguf:
+            if self.gguf.template is None:
+                raise WeightsIOError(f"{self.path} carries no chat template")
+            return self.gguf.template  # type: ignore[no-any-return]
         for candidate in ([name] if name else []) + ["chat_template.jinja"]:
             f = self.path / candidate
             if f.is_file():
@@ -255,8 +281,8 @@ class Model:
     def eos_ids(self) -> frozenset[int]:
         """End-of-sequence ids the model directory declares (config.json, generation_config.json):
         a model from elsewhere stops on its own end token even if the family row names others."""
-        ids: set[int] = set()
-        for name in ("config.json", "generation_config.json"):
+        ids: set[int] = set(self.gguf.eos_ids) if self.gguf else set()
+        for name in () if self.gguf else ("config.json", "generation_config.json"):
             f = self.path / name
             raw = json.loads(f.read_text()).get("eos_token_id") if f.is_file() else None
             for v in raw if isinstance(raw, list) else [raw]:

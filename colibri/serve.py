@@ -14,7 +14,8 @@ LOOPBACK_BINDS = {"127.0.0.1", "localhost", "::1"}
 OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--host", "COLI_HOST", str, "127.0.0.1", "address to bind (loopback by default)"),
     ("--port", "COLI_PORT", int, 8000, "port to bind"),
-    ("--model", "COLI_MODEL", str, None, "a Hugging Face Llama-family model directory (default: the embedded model)"),
+    ("--model", "COLI_MODEL", str, None,
+     "a Hugging Face Llama-family model directory or a llama GGUF file (default: the embedded model)"),
     ("--model-id", "COLI_MODEL_ID", str, None,
      "the model id clients must name (default: the --model directory's name, or colibri-tiny)"),
     ("--family", "COLI_FAMILY", str, None, "row of spec/families.yaml: glm, chatml, qwen-xml, chatml-text, plain "
@@ -87,7 +88,7 @@ def http_threads(args: argparse.Namespace) -> int:
 def resolve_model_defaults(args: argparse.Namespace, model: Any) -> str:
     """Fill --model-id and --family when not given; returns how the family was chosen."""
     if args.model_id is None:
-        args.model_id = model.path.name if args.model else "colibri-tiny"
+        args.model_id = model.name if args.model else "colibri-tiny"
     if args.family is not None:
         return "from --family"
     if not args.model:

@@ -27,7 +27,21 @@
  * then the data section; offsets are relative to its start. A minimal JSON reader covers
  * exactly this shape and rejects anything malformed. */
 
-typedef enum { DT_F32, DT_F16, DT_BF16, DT_OTHER } dtype_t;
+typedef enum { DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_OTHER } dtype_t;
+
+/* Bytes that `count` values of a type take; 0 for a type this engine cannot read or a count
+ * that is not a whole number of its blocks. Block types hold 32 values: Q8_0 a half scale and
+ * 32 int8; Q4_0 a half scale and 32 nibbles; Q4_1 a half scale, a half minimum and 32 nibbles. */
+static size_t dtype_bytes(dtype_t t, size_t count) {
+    switch (t) {
+    case DT_F32: return 4 * count;
+    case DT_F16: case DT_BF16: return 2 * count;
+    case DT_Q8_0: return count % 32 ? 0 : count / 32 * 34;
+    case DT_Q4_0: return count % 32 ? 0 : count / 32 * 18;
+    case DT_Q4_1: return count % 32 ? 0 : count / 32 * 20;
+    default: return 0;
+    }
+}
 
 typedef struct {
     char name[160];
@@ -194,6 +208,165 @@ bad:
     return COLIBRI_E_FORMAT;
 }
 
+/* ============================================================ GGUF
+ * Layout (versions 2 and 3, little-endian): "GGUF", u32 version, u64 tensor count, u64
+ * metadata count; metadata entries (string key, u32 value type, value); tensor infos
+ * (string name, u32 n_dims, u64 dims fastest-varying first, u32 ggml type, u64 offset);
+ * then, at the next multiple of general.alignment (32 unless set), the data section the
+ * offsets point into. Strings are u64 length + bytes. The metadata is read by the caller
+ * (model config, tokenizer, template); here it is walked only to find where the tensor
+ * infos start and the alignment. Tensor names are mapped to the Hugging Face names the
+ * binder looks for, and shapes turned into row-major (rows, columns) order. */
+
+typedef struct {
+    const unsigned char *p, *end;
+} gguf_cur;
+
+static int gg_u32(gguf_cur *c, uint32_t *v) {
+    if (c->end - c->p < 4) return 0;
+    memcpy(v, c->p, 4); c->p += 4;
+    return 1;
+}
+
+static int gg_u64(gguf_cur *c, uint64_t *v) {
+    if (c->end - c->p < 8) return 0;
+    memcpy(v, c->p, 8); c->p += 8;
+    return 1;
+}
+
+/* A string: points *s at its bytes (not terminated) and *n at its length. */
+static int gg_str(gguf_cur *c, const char **s, uint64_t *n) {
+    if (!gg_u64(c, n) || *n > (uint64_t)(c->end - c->p)) return 0;
+    *s = (const char *)c->p;
+    c->p += *n;
+    return 1;
+}
+
+enum { GG_U8, GG_I8, GG_U16, GG_I16, GG_U32, GG_I32, GG_F32, GG_BOOL, GG_STRING, GG_ARRAY, GG_U64, GG_I64, GG_F64 };
+
+static int gg_skip(gguf_cur *c, uint32_t type, int depth) {
+    static const int fixed[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    if (type > GG_F64 || depth > 3) return 0;
+    if (type == GG_STRING) { const char *s; uint64_t n; return gg_str(c, &s, &n); }
+    if (type != GG_ARRAY) {
+        if (c->end - c->p < fixed[type]) return 0;
+        c->p += fixed[type];
+        return 1;
+    }
+    uint32_t et;
+    uint64_t n;
+    if (!gg_u32(c, &et) || !gg_u64(c, &n) || et > GG_F64) return 0;
+    if (et != GG_STRING && et != GG_ARRAY) {
+        if (n > (uint64_t)(c->end - c->p) / (uint64_t)fixed[et]) return 0;
+        c->p += n * (uint64_t)fixed[et];
+        return 1;
+    }
+    for (uint64_t i = 0; i < n; i++) if (!gg_skip(c, et, depth + 1)) return 0;
+    return 1;
+}
+
+/* GGUF's llama tensor names -> the Hugging Face names; 0 if the name is not one of them
+ * (such tensors are kept under their own name and never bound). */
+static int gg_hf_name(const char *g, size_t n, char *out, size_t cap) {
+    static const char *const top[][2] = {{"token_embd.weight", "model.embed_tokens.weight"},
+                                         {"output_norm.weight", "model.norm.weight"},
+                                         {"output.weight", "lm_head.weight"}};
+    static const char *const blk[][2] = {
+        {"attn_norm.weight", "input_layernorm.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+        {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_k.weight", "self_attn.k_proj.weight"},
+        {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_output.weight", "self_attn.o_proj.weight"},
+        {"ffn_gate.weight", "mlp.gate_proj.weight"},    {"ffn_up.weight", "mlp.up_proj.weight"},
+        {"ffn_down.weight", "mlp.down_proj.weight"}};
+    char name[160];
+    if (n >= sizeof name) return 0;
+    memcpy(name, g, n);
+    name[n] = 0;
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (strcmp(name, top[i][0]) == 0) return snprintf(out, cap, "%s", top[i][1]) < (int)cap;
+    unsigned layer;
+    int used = 0;
+    if (sscanf(name, "blk.%u.%n", &layer, &used) == 1 && used > 0)
+        for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
+            if (strcmp(name + used, blk[i][0]) == 0)
+                return snprintf(out, cap, "model.layers.%u.%s", layer, blk[i][1]) < (int)cap;
+    return 0;
+}
+
+static dtype_t gg_dtype(uint32_t ggml_type) {
+    switch (ggml_type) {
+    case 0: return DT_F32;
+    case 1: return DT_F16;
+    case 2: return DT_Q4_0;
+    case 3: return DT_Q4_1;
+    case 8: return DT_Q8_0;
+    case 30: return DT_BF16;
+    default: return DT_OTHER;
+    }
+}
+
+/* Parses a mapped GGUF file into a malloc'd tensor table; *data_off receives where the data
+ * section starts. Returns a status. */
+static int gguf_parse(const void *map, size_t size, tensor_info **out, int *count, size_t *data_off) {
+    gguf_cur c = {map, (const unsigned char *)map + size};
+    uint32_t magic, version, alignment = 32;
+    uint64_t n_tensors, n_kv;
+    if (!gg_u32(&c, &magic) || memcmp(&magic, "GGUF", 4) || !gg_u32(&c, &version) || (version != 2 && version != 3)
+        || !gg_u64(&c, &n_tensors) || !gg_u64(&c, &n_kv) || n_tensors > 1000000 || n_kv > 1000000)
+        return COLIBRI_E_FORMAT;
+    for (uint64_t i = 0; i < n_kv; i++) {
+        const char *key;
+        uint64_t klen;
+        uint32_t type;
+        if (!gg_str(&c, &key, &klen) || !gg_u32(&c, &type)) return COLIBRI_E_FORMAT;
+        if (klen == 17 && memcmp(key, "general.alignment", 17) == 0) {
+            if (type != GG_U32 || !gg_u32(&c, &alignment) || alignment == 0 || (alignment & (alignment - 1)))
+                return COLIBRI_E_FORMAT;
+        } else if (!gg_skip(&c, type, 0)) {
+            return COLIBRI_E_FORMAT;
+        }
+    }
+    tensor_info *ts = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof(tensor_info));
+    if (!ts) return COLIBRI_E_NOMEM;
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        tensor_info *t = &ts[i];
+        const char *name;
+        uint64_t nlen, offset, dims[4];
+        uint32_t n_dims, type;
+        if (!gg_str(&c, &name, &nlen) || !gg_u32(&c, &n_dims) || n_dims < 1 || n_dims > 4) goto bad;
+        uint64_t elems = 1;
+        for (uint32_t d = 0; d < n_dims; d++) {
+            if (!gg_u64(&c, &dims[d]) || dims[d] == 0 || dims[d] > (1ull << 40) || elems > (1ull << 40) / dims[d]) goto bad;
+            elems *= dims[d];
+        }
+        if (!gg_u32(&c, &type) || !gg_u64(&c, &offset) || offset % alignment) goto bad;
+        if (!gg_hf_name(name, (size_t)nlen, t->name, sizeof t->name)) {
+            if (nlen >= sizeof t->name) goto bad;
+            memcpy(t->name, name, (size_t)nlen);
+            t->name[nlen] = 0;
+        }
+        t->dtype = gg_dtype(type);
+        t->ndim = (int)n_dims;
+        for (uint32_t d = 0; d < n_dims; d++) t->shape[d] = (long)dims[n_dims - 1 - d];  /* rows first */
+        size_t bytes = dtype_bytes(t->dtype, (size_t)elems);
+        if (t->dtype != DT_OTHER && (!bytes || (t->dtype >= DT_Q8_0 && dims[0] % 32))) goto bad;  /* blocks run along rows */
+        t->begin = (size_t)offset;
+        t->end = t->begin + bytes;  /* a type this engine cannot read keeps end == begin: bind refuses it */
+        if (t->end < t->begin) goto bad;
+    }
+    size_t pos = (size_t)(c.p - (const unsigned char *)map);
+    size_t start = (pos + alignment - 1) / alignment * alignment;
+    if (start > size) goto bad;
+    for (uint64_t i = 0; i < n_tensors; i++)
+        if (ts[i].end > size - start) goto bad;
+    *out = ts;
+    *count = (int)n_tensors;
+    *data_off = start;
+    return COLIBRI_OK;
+bad:
+    free(ts);
+    return COLIBRI_E_FORMAT;
+}
+
 /* ============================================================ weights and state */
 
 /* A matmul weight W (d, n) repacked for the kernel: ceil(d/16) panels, panel q holding
@@ -238,6 +411,7 @@ typedef struct {
 struct colibri_engine {
     colibri_config cfg;
     int head_size, kv_dim, q_dim;
+    int rope_interleaved;  /* 1: RoPE rotates pairs (2i, 2i+1) (GGUF); 0: (i, i + head_size/2) */
     int n_slots, n_threads;
     weights w;
     slot_state slots[COLIBRI_MAX_SLOTS];
@@ -388,15 +562,18 @@ static void matmul(float *out, const float *x, const panels *w, int rows, int th
 }
 #undef TILE_ROWS
 
-/* Rotate-half RoPE: pair i with i + head_size/2 (the Hugging Face convention). */
-static void rope(float *vec, int n_heads, int head_size, const float *cos_row, const float *sin_row) {
-    int half = head_size / 2;
+/* RoPE: rotate-half pairs i with i + head_size/2 (the Hugging Face convention); interleaved
+ * pairs 2i with 2i + 1 (GGUF's llama layout). */
+static void rope(float *vec, int n_heads, int head_size, int interleaved, const float *cos_row,
+                 const float *sin_row) {
+    int half = head_size / 2, step = interleaved ? 2 : 1, other = interleaved ? 1 : half;
     for (int h = 0; h < n_heads; h++) {
         float *v = vec + h * head_size;
         for (int i = 0; i < half; i++) {
-            float x1 = v[i], x2 = v[i + half];
-            v[i] = x1 * cos_row[i] - x2 * sin_row[i];
-            v[i + half] = x2 * cos_row[i] + x1 * sin_row[i];
+            float *a = v + i * step, *b = a + other;  /* the pair frequency i rotates */
+            float x1 = *a, x2 = *b;
+            *a = x1 * cos_row[i] - x2 * sin_row[i];
+            *b = x2 * cos_row[i] + x1 * sin_row[i];
         }
     }
 }
@@ -535,8 +712,8 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
         for (int r = 0; r < rows; r++) {
             const float *cr = e->rope_cos + (size_t)pos[r] * half, *sr = e->rope_sin + (size_t)pos[r] * half;
             float *q = s->qkv + (size_t)r * qkvd, *k = q + qd, *v = k + kvd;
-            rope(q, c->n_heads, hs, cr, sr);
-            rope(k, c->n_kv_heads, hs, cr, sr);
+            rope(q, c->n_heads, hs, e->rope_interleaved, cr, sr);
+            rope(k, c->n_kv_heads, hs, e->rope_interleaved, cr, sr);
             slot_state *st = &e->slots[slot[r]];
             size_t off = ((size_t)l * c->n_ctx + pos[r]) * kvd;
             memcpy(st->key_cache + off, k, sizeof(float) * kvd);
@@ -604,6 +781,32 @@ static float half_to_float(uint16_t h) {
     return f;
 }
 
+static float half_at(const char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return half_to_float(h);
+}
+
+/* Block types to F32, block by block (32 values each; see dtype_bytes). In Q4 blocks byte
+ * j holds value j in its low nibble and value j + 16 in its high one. */
+static void dequantize(dtype_t t, const char *src, size_t count, float *dst) {
+    for (size_t b = 0; b < count / 32; b++, dst += 32) {
+        if (t == DT_Q8_0) {
+            const char *blk = src + b * 34;
+            float d = half_at(blk);
+            for (int j = 0; j < 32; j++) dst[j] = d * (float)(int8_t)blk[2 + j];
+        } else {
+            const char *blk = src + b * (t == DT_Q4_0 ? 18 : 20);
+            float d = half_at(blk), m = t == DT_Q4_1 ? half_at(blk + 2) : -8.0f * d;
+            const unsigned char *qs = (const unsigned char *)blk + (t == DT_Q4_0 ? 2 : 4);
+            for (int j = 0; j < 16; j++) {
+                dst[j] = d * (float)(qs[j] & 0x0f) + m;
+                dst[j + 16] = d * (float)(qs[j] >> 4) + m;
+            }
+        }
+    }
+}
+
 /* Resolves a tensor of the expected 1-D or 2-D shape to an F32 pointer (converting if needed). */
 static int bind(colibri_engine *e, const tensor_info *ts, int nt, const char *data, size_t data_size,
                 const char *name, long d0, long d1, float **out) {
@@ -612,9 +815,9 @@ static int bind(colibri_engine *e, const tensor_info *ts, int nt, const char *da
     int want_ndim = d1 ? 2 : 1;
     if (t->ndim != want_ndim || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) return COLIBRI_E_SHAPE;
     size_t count = (size_t)d0 * (size_t)(d1 ? d1 : 1);
-    size_t esize = t->dtype == DT_F32 ? 4 : t->dtype == DT_OTHER ? 0 : 2;
-    if (!esize) return COLIBRI_E_DTYPE;
-    if (t->end < t->begin || t->end > data_size || t->end - t->begin != count * esize) return COLIBRI_E_FORMAT;
+    if (t->dtype == DT_OTHER) return COLIBRI_E_DTYPE;
+    size_t bytes = dtype_bytes(t->dtype, count);
+    if (!bytes || t->end < t->begin || t->end > data_size || t->end - t->begin != bytes) return COLIBRI_E_FORMAT;
     const char *src = data + t->begin;
     if (t->dtype == DT_F32 && ((uintptr_t)src % 4) == 0) {
         *out = (float *)src;
@@ -622,7 +825,8 @@ static int bind(colibri_engine *e, const tensor_info *ts, int nt, const char *da
     }
     float *dst = malloc(count * sizeof(float));
     if (!dst) return COLIBRI_E_NOMEM;
-    for (size_t i = 0; i < count; i++) {
+    if (t->dtype >= DT_Q8_0) dequantize(t->dtype, src, count, dst);
+    else for (size_t i = 0; i < count; i++) {
         if (t->dtype == DT_F32) memcpy(&dst[i], src + 4 * i, 4);
         else {
             uint16_t h;
@@ -741,15 +945,28 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     e->n_threads = 1;
 #endif
 
-    uint64_t hlen = 0;
-    memcpy(&hlen, map, 8);  /* little-endian hosts only, as every supported target is */
     tensor_info *ts = NULL;
     int nt = 0;
-    if (hlen == 0 || hlen > size - 8) { rc = COLIBRI_E_FORMAT; goto fail; }
-    rc = st_parse((const char *)map + 8, (size_t)hlen, &ts, &nt);
-    if (rc) goto fail;
-    const char *data = (const char *)map + 8 + hlen;
-    size_t data_size = size - 8 - hlen;
+    const char *data;
+    size_t data_size;
+    if (memcmp(map, "GGUF", 4) == 0) {
+        size_t off = 0;
+        rc = gguf_parse(map, size, &ts, &nt, &off);
+        if (rc) goto fail;
+        data = (const char *)map + off;
+        data_size = size - off;
+        /* GGUF's llama q/k rows pair adjacent values for RoPE (the layout Meta released),
+         * not the halves Hugging Face pairs. */
+        e->rope_interleaved = 1;
+    } else {
+        uint64_t hlen = 0;
+        memcpy(&hlen, map, 8);  /* little-endian hosts only, as every supported target is */
+        if (hlen == 0 || hlen > size - 8) { rc = COLIBRI_E_FORMAT; goto fail; }
+        rc = st_parse((const char *)map + 8, (size_t)hlen, &ts, &nt);
+        if (rc) goto fail;
+        data = (const char *)map + 8 + hlen;
+        data_size = size - 8 - hlen;
+    }
 
     int L = cfg->n_layers;
     e->owned = calloc((size_t)(10 * L + 8), sizeof(float *));

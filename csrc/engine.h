@@ -65,8 +65,10 @@ typedef struct {
 typedef struct colibri_engine colibri_engine;
 
 /* Load weights and allocate n_slots KV slots (1..COLIBRI_MAX_SLOTS), computing with n_threads
- * threads (0 = the OpenMP default). On failure *out is NULL. */
-int colibri_load(const char *safetensors_path, const colibri_config *cfg, int n_slots, int n_threads,
+ * threads (0 = the OpenMP default). The file is safetensors (F32, F16, BF16) or a llama GGUF
+ * (version 2 or 3; F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors, block types expanded to F32 on
+ * load); the config must match its tensors. On failure *out is NULL. */
+int colibri_load(const char *weights_path, const colibri_config *cfg, int n_slots, int n_threads,
                  colibri_engine **out);
 void colibri_free(colibri_engine *e);
 

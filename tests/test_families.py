@@ -36,6 +36,10 @@ class FakeModel:
         self.path = path
         self._template = template
 
+    @property
+    def name(self) -> str:
+        return self.path.name
+
     def own_template(self) -> str | None:
         return self._template
 

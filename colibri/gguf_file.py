@@ -1,0 +1,121 @@
+"""What a llama GGUF file says about itself: the model config, the tokenizer, the chat
+template and the end tokens, read from its metadata with the `gguf` package (llama.cpp's
+own reader). The tensors themselves are read by the C engine (csrc/engine.c, `gguf_parse`).
+
+The tokenizer is rebuilt as a Hugging Face `tokenizers` object from the vocabulary, merges
+and token types the file carries. Only the kinds whose text splitting is known here are
+accepted (`tokenizer.ggml.pre` below); any other is refused by name rather than tokenized
+differently from the model's training.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+from .engine_errors import ConfigMismatchError, WeightsFormatError
+
+#: tokenizer.ggml.pre values that split text with GPT-2's own pattern (ByteLevel's regex)
+GPT2_SPLIT = {"default", "gpt2", "gpt-2", "smollm", "starcoder", "refact"}
+#: tokenizer.ggml.pre values that split with Llama 3's pattern (digits in threes, then bytes)
+LLAMA3_SPLIT = {"llama3", "llama-v3", "llama-bpe"}
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types
+
+
+@dataclass
+class GgufModel:
+    hf_config: dict[str, Any]  # the config a transformers directory would carry
+    tokenizer: Tokenizer
+    template: str | None
+    eos_ids: frozenset[int]
+
+
+def _fields(path: Path) -> tuple[dict[str, Any], set[str], Any]:
+    try:
+        from gguf import GGUFReader
+    except ImportError as e:  # pragma: no cover - a dependency of colibri
+        raise WeightsFormatError("reading GGUF needs the 'gguf' package (pip install gguf)") from e
+    try:
+        reader = GGUFReader(str(path))
+    except (ValueError, IndexError, KeyError, OSError) as e:
+        raise WeightsFormatError(f"{path} is not a readable GGUF file: {e}") from None
+    meta = {}
+    for key, field in reader.fields.items():
+        try:
+            meta[key] = field.contents()
+        except (ValueError, IndexError, TypeError):
+            continue
+    return meta, {t.name for t in reader.tensors}, reader
+
+
+def _tokenizer(meta: dict[str, Any]) -> Tokenizer:
+    kind = meta.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise ConfigMismatchError(f"GGUF tokenizer model {kind!r} is not supported yet (gpt2-style BPE only)")
+    tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if pre in GPT2_SPLIT:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    elif pre in LLAMA3_SPLIT:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        raise ConfigMismatchError(f"GGUF pre-tokenizer {pre!r} is not supported yet "
+                                  f"(known: {', '.join(sorted(GPT2_SPLIT | LLAMA3_SPLIT))})")
+    tok.decoder = decoders.ByteLevel()
+    types = list(meta.get("tokenizer.ggml.token_type", []))
+    added = [AddedToken(tokens[i], special=t == CONTROL, normalized=False)
+             for i, t in enumerate(types) if t in (CONTROL, USER_DEFINED)]
+    tok.add_special_tokens([a for a in added if a.special])
+    tok.add_tokens([a for a in added if not a.special])
+    return tok
+
+
+def read_gguf(path: Path) -> GgufModel:
+    meta, tensors, reader = _fields(path)
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise ConfigMismatchError(f"GGUF architecture {arch!r} is not supported (llama only)")
+
+    def need(key: str) -> Any:
+        if key not in meta:
+            raise WeightsFormatError(f"{path.name}: GGUF metadata lacks {key}")
+        return meta[key]
+
+    heads = int(need("llama.attention.head_count"))
+    dim = int(need("llama.embedding_length"))
+    tokenizer = _tokenizer(meta)
+    cfg: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": dim,
+        "intermediate_size": int(need("llama.feed_forward_length")),
+        "num_hidden_layers": int(need("llama.block_count")), "num_attention_heads": heads,
+        "num_key_value_heads": int(meta.get("llama.attention.head_count_kv", heads)),
+        "vocab_size": int(meta.get("llama.vocab_size", len(meta["tokenizer.ggml.tokens"]))),
+        "max_position_embeddings": int(meta.get("llama.context_length", 2048)),
+        "rms_norm_eps": float(meta.get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+        "rope_theta": float(meta.get("llama.rope.freq_base", 10000.0)),
+        "tie_word_embeddings": "output.weight" not in tensors, "hidden_act": "silu",
+    }
+    head_dim = int(meta.get("llama.attention.key_length", dim // heads))
+    if head_dim != dim // heads:
+        cfg["head_dim"] = head_dim
+    if int(meta.get("llama.rope.dimension_count", head_dim)) != head_dim:
+        raise ConfigMismatchError("partial RoPE (rope.dimension_count below the head width) is not supported")
+    scaling = meta.get("llama.rope.scaling.type")
+    if scaling not in (None, "none"):
+        cfg["rope_scaling"] = {"rope_type": scaling, "factor": float(meta.get("llama.rope.scaling.factor", 1.0))}
+    if "rope_freqs.weight" in tensors:
+        # Llama 3.1-style scaling stored as per-frequency divisors (llama.cpp's rope_freqs).
+        factors = next(t for t in reader.tensors if t.name == "rope_freqs.weight").data
+        theta = cfg["rope_theta"]
+        cfg["rope_inv_freq"] = [theta ** (-2.0 * i / head_dim) / float(f) for i, f in enumerate(factors)]
+    eos = {int(meta[k]) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in meta}
+    template = meta.get("tokenizer.chat_template")
+    return GgufModel(cfg, tokenizer, template if isinstance(template, str) else None, frozenset(eos))

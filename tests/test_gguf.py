@@ -1,0 +1,232 @@
+"""Llama GGUF files (issue 13, point 2): small random models written with llama.cpp's own
+`gguf` writer, the way its converter writes them (llama.cpp tensor names, dims fastest
+first, q/k rows in the interleaved RoPE order), in F32, F16, BF16, Q8_0, Q4_0 and Q4_1.
+The engine's logits must equal the NumPy reference run on the same weights dequantized;
+the tokenizer rebuilt from the metadata must tokenize like the vocabulary says; a damaged
+header must be refused by name, never crash."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_reference import ReferenceLlama, write_random_model
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+from gguf.quants import dequantize, quantize  # noqa: E402
+from safetensors.numpy import load_file, save_file  # noqa: E402
+
+from colibri.engine_errors import ConfigMismatchError, WeightsFormatError  # noqa: E402
+from colibri.model import Model, ModelConfig, open_engine  # noqa: E402
+
+HEADS, KV_HEADS, DIM = 4, 2, 64
+NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+         "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+         "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def _byte_vocab() -> list[str]:
+    """GPT-2's printable stand-in for each byte, as byte-level BPE vocabularies spell them."""
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return [table[b] for b in range(256)]
+
+
+TOKENS = _byte_vocab() + ["Ġt", "Ġth", "Ġthe", "<|im_start|>", "<|im_end|>"]
+MERGES = ["Ġ t", "Ġt h", "Ġth e"]
+TYPES = [1] * (len(TOKENS) - 2) + [3, 3]
+
+
+def _gguf_name(hf: str) -> str:
+    if hf == "model.embed_tokens.weight":
+        return "token_embd.weight"
+    if hf == "model.norm.weight":
+        return "output_norm.weight"
+    if hf == "lm_head.weight":
+        return "output.weight"
+    layer, rest = hf.removeprefix("model.layers.").split(".", 1)
+    return f"blk.{layer}.{NAMES[rest.removesuffix('.weight')]}.weight"
+
+
+def _interleave(w: np.ndarray, heads: int) -> np.ndarray:
+    """Rotate-half row order -> the interleaved order GGUF's llama tensors use."""
+    rows, cols = w.shape
+    return w.reshape(heads, 2, rows // heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def _deinterleave(w: np.ndarray, heads: int) -> np.ndarray:
+    rows, cols = w.shape
+    return w.reshape(heads, rows // heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def write_gguf(tmp: Path, qtype: Q, *, tied: bool = True, template: str | None = "{{ messages }}",
+               pre: str = "smollm") -> tuple[Path, Path]:
+    """A random model as GGUF, and the same weights after quantization as an F32 directory."""
+    src = write_random_model(tmp / "src", seed=4, dim=DIM, heads=HEADS, kv_heads=KV_HEADS, vocab=len(TOKENS),
+                             tied=tied, rope={"rope_theta": 50000.0})
+    tensors = load_file(str(src / "model.safetensors"))
+    path = tmp / "model.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_context_length(128)
+    w.add_embedding_length(DIM)
+    w.add_feed_forward_length(160)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_rope_freq_base(50000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(len(TOKENS))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(TOKENS)
+    w.add_token_merges(MERGES)
+    w.add_token_types(TYPES)
+    w.add_eos_token_id(len(TOKENS) - 1)
+    if template is not None:
+        w.add_chat_template(template)
+    back: dict[str, np.ndarray] = {}
+    for name, t in tensors.items():
+        t = t.astype(np.float32)
+        if name.endswith("q_proj.weight"):
+            t = _interleave(t, HEADS)
+        elif name.endswith("k_proj.weight"):
+            t = _interleave(t, KV_HEADS)
+        kind = Q.F32 if t.ndim == 1 else qtype
+        if kind in (Q.F32, Q.F16):
+            data = t.astype(np.float16 if kind == Q.F16 else np.float32)
+            w.add_tensor(_gguf_name(name), data)
+            deq = data.astype(np.float32)
+        else:
+            data = quantize(t, kind)
+            w.add_tensor(_gguf_name(name), data, raw_dtype=kind)
+            deq = dequantize(data, kind).reshape(t.shape)
+        if name.endswith("q_proj.weight"):  # back to the reference's rotate-half order
+            deq = _deinterleave(deq, HEADS)
+        elif name.endswith("k_proj.weight"):
+            deq = _deinterleave(deq, KV_HEADS)
+        back[name] = deq
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ref = tmp / "ref"
+    ref.mkdir()
+    save_file(back, str(ref / "model.safetensors"))
+    (ref / "config.json").write_text((src / "config.json").read_text())
+    return path, ref
+
+
+@pytest.mark.parametrize("qtype, tol", [(Q.F32, 1e-4), (Q.F16, 1e-4), (Q.BF16, 1e-4), (Q.Q8_0, 1e-4),
+                                        (Q.Q4_0, 1e-4), (Q.Q4_1, 1e-4)])
+def test_gguf_logits_equal_the_reference_on_the_dequantized_weights(tmp_path, qtype, tol):
+    path, ref_dir = write_gguf(tmp_path, qtype)
+    model = Model(path)
+    assert model.config.n_layers == 2 and model.config.tie_embeddings and model.config.rope_theta == 50000.0
+    eng = model.engine(n_slots=1, n_threads=2)
+    toks = np.random.default_rng(5).integers(0, len(TOKENS), 40).tolist()
+    _, logits = eng.prefill(0, toks, all_logits=True)
+    want = ReferenceLlama(ref_dir).logits(toks)
+    assert float(np.max(np.abs(logits - want))) < tol
+    nxt = eng.decode([0], [toks[0]])[0]
+    assert float(np.max(np.abs(nxt - ReferenceLlama(ref_dir).logits(toks + [toks[0]])[-1]))) < tol
+
+
+def test_untied_output_projection(tmp_path):
+    path, ref_dir = write_gguf(tmp_path, Q.Q8_0, tied=False)
+    model = Model(path)
+    assert not model.config.tie_embeddings
+    toks = [5, 9, 200, 3, 77]
+    _, logits = model.engine(1, 2).prefill(0, toks, all_logits=True)
+    assert float(np.max(np.abs(logits - ReferenceLlama(ref_dir).logits(toks)))) < 1e-4
+
+
+def test_tokenizer_template_name_and_end_tokens_come_from_the_metadata(tmp_path):
+    path, _ = write_gguf(tmp_path, Q.F16, template="{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}")
+    model = Model(path)
+    ids = model.encode("<|im_start|> the tea<|im_end|>")
+    assert ids[0] == TOKENS.index("<|im_start|>") and ids[-1] == TOKENS.index("<|im_end|>")
+    assert TOKENS.index("Ġthe") in ids  # the merges apply
+    assert b"".join(model.token_bytes[i] for i in ids) == b" the tea"  # control tokens carry no text
+    assert model.own_template() == model.template("chat_template.glm.jinja")
+    assert "<|im_start|>" in model.own_template()
+    assert model.name == "model" and model.eos_ids == {len(TOKENS) - 1}
+
+
+def test_unsupported_metadata_is_refused_by_name(tmp_path):
+    path, _ = write_gguf(tmp_path, Q.F32, pre="tekken")
+    with pytest.raises(ConfigMismatchError, match="pre-tokenizer 'tekken'"):
+        Model(path)
+
+
+def test_a_gguf_without_a_template_says_so(tmp_path):
+    path, _ = write_gguf(tmp_path, Q.F32, template=None)
+    model = Model(path)
+    assert model.own_template() is None
+    with pytest.raises(Exception, match="carries no chat template"):
+        model.template()
+
+
+def _engine_kwargs() -> dict:
+    return dict(dim=DIM, hidden_dim=160, n_layers=2, n_heads=HEADS, n_kv_heads=KV_HEADS, vocab_size=len(TOKENS),
+                n_ctx=128, tie_embeddings=True, rope_theta=50000.0, norm_eps=1e-5)
+
+
+def test_damaged_headers_are_refused_never_crash(tmp_path):
+    """Every byte of the header region flipped in turn, and every truncation of it: the C
+    reader refuses (or, for a byte that does not matter, loads); it never reads out of bounds."""
+    from colibri import _engine
+
+    path, _ = write_gguf(tmp_path, Q.Q8_0)
+    raw = path.read_bytes()
+    header_end = raw.index(b"token_embd.weight") + 200  # past the metadata, into the tensor infos
+    rng = np.random.default_rng(0)
+    bad = tmp_path / "bad.gguf"
+    outcomes: dict[str, int] = {}
+    positions = sorted(set(rng.integers(0, header_end, 300).tolist()) | {0, 4, 8, 16, 24})
+    for pos in positions:
+        damaged = bytearray(raw)
+        damaged[pos] ^= 0xFF
+        bad.write_bytes(bytes(damaged))
+        try:
+            _engine.Engine(str(bad), **_engine_kwargs())
+            outcomes["loaded"] = outcomes.get("loaded", 0) + 1
+        except (WeightsFormatError, ConfigMismatchError, MemoryError) as e:
+            outcomes[type(e).__name__] = outcomes.get(type(e).__name__, 0) + 1
+    for cut in (3, 12, 24, header_end // 2, header_end, len(raw) - 1):
+        bad.write_bytes(raw[:cut])
+        with pytest.raises((WeightsFormatError, ConfigMismatchError)):
+            _engine.Engine(str(bad), **_engine_kwargs())
+    assert outcomes.get("WeightsFormatError", 0) > 50, outcomes
+
+
+def test_a_huge_declared_count_or_offset_is_refused(tmp_path):
+    from colibri import _engine
+
+    path, _ = write_gguf(tmp_path, Q.F32)
+    raw = bytearray(path.read_bytes())
+    bad = tmp_path / "bad.gguf"
+    for offset, value in ((8, 2**40), (16, 2**62)):  # tensor count, metadata count
+        damaged = bytearray(raw)
+        damaged[offset:offset + 8] = struct.pack("<Q", value)
+        bad.write_bytes(bytes(damaged))
+        with pytest.raises(WeightsFormatError):
+            _engine.Engine(str(bad), **_engine_kwargs())
+
+
+def test_a_gguf_served_config_matches_a_directory_config(tmp_path):
+    path, ref_dir = write_gguf(tmp_path, Q.F32)
+    from_dir = ModelConfig.from_hf(json.loads((ref_dir / "config.json").read_text()))
+    got = Model(path).config
+    assert got.norm_eps == pytest.approx(from_dir.norm_eps)  # GGUF stores it as a 32-bit float
+    assert dataclasses.replace(got, norm_eps=from_dir.norm_eps) == from_dir
+    assert open_engine(path, from_dir, 1, 1).vocab_size == len(TOKENS)
