@@ -218,22 +218,15 @@ class Model:
         return None
 
     def template(self, name: str | None = None) -> str:
-        """The chat template: the named file, chat_template.jinja, or tokenizer_config.json's
-        (a GGUF file: the template in its metadata)."""
-        if self.gguf:
-            if self.gguf.template is None:
-                raise WeightsIOError(f"{self.path} carries no chat template")
-            return self.gguf.template  # type: ignore[no-any-return]
-        for candidate in ([name] if name else []) + ["chat_template.jinja"]:
-            f = self.path / candidate
-            if f.is_file():
-                return f.read_text()
-        tc = self.path / "tokenizer_config.json"
-        if tc.is_file():
-            tpl = json.loads(tc.read_text()).get("chat_template")
-            if isinstance(tpl, str):
-                return tpl
-        raise WeightsIOError(f"{self.path} has no chat template{f' {name}' if name else ''}")
+        """The chat template: the named family file if the directory has it, else the model's
+        own (chat_template.jinja, tokenizer_config.json's, or a GGUF's metadata)."""
+        named = self.path / name if name and not self.gguf else None
+        if named is not None and named.is_file():
+            return named.read_text()
+        own = self.own_template()
+        if own is None:
+            raise WeightsIOError(f"{self.path} carries no chat template{f' (nor {name})' if name else ''}")
+        return own
 
     def engine(self, n_slots: int = 1, n_threads: int = 0) -> Any:
         return open_engine(self.weights, self.config, n_slots, n_threads)

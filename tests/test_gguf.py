@@ -20,7 +20,7 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf.quants import dequantize, quantize  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
-from colibri.engine_errors import ConfigMismatchError, WeightsFormatError  # noqa: E402
+from colibri.engine_errors import ConfigMismatchError, WeightsFormatError, WeightsIOError  # noqa: E402
 from colibri.model import Model, ModelConfig, open_engine  # noqa: E402
 
 HEADS, KV_HEADS, DIM = 4, 2, 64
@@ -172,7 +172,7 @@ def test_a_gguf_without_a_template_says_so(tmp_path):
     path, _ = write_gguf(tmp_path, Q.F32, template=None)
     model = Model(path)
     assert model.own_template() is None
-    with pytest.raises(Exception, match="carries no chat template"):
+    with pytest.raises(WeightsIOError, match="carries no chat template"):
         model.template()
 
 
