@@ -1,4 +1,4 @@
-"""The seven servers: how to install each, start it on a port, know it is up, and name its model and version.
+"""The servers (seven projects; colibri twice, on its embedded model and on SmolLM2): how to install each, start it on a port, know it is up, and name its model and version.
 
 One row per peer. `install()` is idempotent (each step checks for its final artefact) and
 returns nothing; `argv(port)` may write the small config files a server reads at start.
@@ -68,6 +68,20 @@ COLIBRI = Peer(
     version=_colibri_version,
     ready_path="/health",
     ready_timeout=60,
+)
+
+
+# colibri on the real model the other servers load: the same Q4_1 GGUF, read by its own reader.
+COLIBRI_SMOLLM2 = Peer(
+    name="colibri-smollm2",
+    install=ensure_gguf,
+    installed=lambda: GGUF.exists(),
+    argv=lambda port: [sys.executable, "-m", "colibri.cli", "serve", "--port", str(port), "--model", str(GGUF),
+                       "--model-id", ALIAS, "--engine-threads", "2"],
+    model=ALIAS,
+    version=_colibri_version,
+    ready_path="/health",
+    ready_timeout=120,
 )
 
 
@@ -252,8 +266,8 @@ VLLM = Peer(
 )
 
 
-PEERS: dict[str, Peer] = {p.name: p for p in (COLIBRI, MOCKLLM, LITELLM, TRANSFORMERS, LLAMA_SERVER_PEER,
-                                               LLAMA_CPP_PYTHON, VLLM)}
+PEERS: dict[str, Peer] = {p.name: p for p in (COLIBRI, COLIBRI_SMOLLM2, MOCKLLM, LITELLM, TRANSFORMERS,
+                                               LLAMA_SERVER_PEER, LLAMA_CPP_PYTHON, VLLM)}
 
 
 def working_dir(peer: Peer) -> Path:
