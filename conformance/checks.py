@@ -660,6 +660,8 @@ def _budget_and_count(ctx: CheckContext) -> tuple[int, int | None, str | None]:
     response carries no usage) and the finish reason."""
     body = ctx.body or {}
     budget = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not isinstance(budget, int):
+        raise NotApplicable("the request sets no token budget")
     ex = ctx.exchange
     count = None
     if ex.is_sse:
@@ -670,7 +672,7 @@ def _budget_and_count(ctx: CheckContext) -> tuple[int, int | None, str | None]:
     else:
         u = ex.json().get("usage") or {}
         count = u.get("completion_tokens", u.get("output_tokens"))
-    return int(budget), count, answer(ex, ctx.endpoint).finish
+    return budget, count, answer(ex, ctx.endpoint).finish
 
 
 def finish_matches_usage(ctx: CheckContext) -> None:

@@ -226,7 +226,7 @@ def cmd_run(argv: list[str]) -> int:
         print(f"note: {rid} is listed in --expectations but now passes; remove it from the file")
     for r in doc["rules"]:
         if r["outcome"] in ("FAIL", "ERROR"):
-            bad = next((v for v in r["vectors"] if v["outcome"] == r["outcome"]), {})
+            bad: dict[str, Any] = next((v for v in r["vectors"] if v["outcome"] == r["outcome"]), {})
             print(f"{r['outcome']} {r['id']} [{bad.get('name', '')}] {bad.get('check', '')}: expected "
                   f"{bad.get('expected', '')} actual {bad.get('actual', bad.get('reason', ''))}"[:400])
     if s["ERROR"] and not s["PASS"] and not s["FAIL"]:

@@ -116,7 +116,8 @@ class TransportError(Exception):
 
 def _chunks(body: bytes | None) -> Any:
     """The body as an iterator, which httpx sends with Transfer-Encoding: chunked."""
-    return iter([body[i:i + 64] for i in range(0, len(body or b""), 64)])
+    data = body or b""
+    return iter([data[i:i + 64] for i in range(0, len(data), 64)])
 
 
 def _with_content_type(hdrs: dict[str, str], body: bytes | None) -> dict[str, str]:

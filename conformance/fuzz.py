@@ -72,7 +72,7 @@ def schemathesis_phase(app_or_url: Any, examples: int = 25, *, headers: dict[str
         schema = schemathesis.openapi.from_wsgi("/openapi.json", app_or_url)
     findings: list[Finding] = []
     for result in schema.get_all_operations():
-        op = result.ok()
+        op = result.ok()  # type: ignore[union-attr]  # an operation that fails to load raises here
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             try:
                 _fuzz_operation(op, op.as_strategy(generation_mode=mode), examples, headers or {}, findings)
@@ -100,7 +100,8 @@ def _fuzz_operation(op: Any, strategy: Any, examples: int, headers: dict[str, st
                 rule = mapped.get(label, "err.envelope.openai") if isinstance(mapped, dict) else mapped
                 if label.startswith("POST /v1/messages") and rule == "err.envelope.openai":
                     rule = "err.envelope.anthropic"
-                findings.append(Finding(rule, f"schemathesis:{name}", label, str(failure)[:500], repr(case.body)[:500]))
+                findings.append(Finding(str(rule), f"schemathesis:{name}", label, str(failure)[:500],
+                                        repr(case.body)[:500]))
 
     run()
 

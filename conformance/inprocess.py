@@ -101,4 +101,4 @@ def _fail_after_tokens(svc: Service, n: int) -> None:
         return real(*args)
 
     logging.getLogger("colibri.server").setLevel(logging.CRITICAL + 1)  # the fault is the point
-    svc.scheduler._sample_rows = flaky
+    svc.scheduler._sample_rows = flaky  # type: ignore[assignment]

@@ -47,7 +47,7 @@ def forwarding_app(upstream: str) -> Callable[..., Any]:
 
 def _dechunk(stream: Any) -> bytes:
     """A chunked request body (wsgiref hands the raw stream over and does not decode it)."""
-    parts = []
+    parts: list[bytes] = []
     while True:
         size = int(stream.readline().split(b";")[0].strip() or b"0", 16)
         if size == 0:

@@ -140,7 +140,7 @@ def _xml_text(s: str) -> str:
 
 def write_junit(results: list[RuleResult], path: Path) -> None:
     cases = []
-    counts = Counter()
+    counts: Counter[str] = Counter()
     for rr in results:
         vectors = rr.vectors or []
         if not vectors:

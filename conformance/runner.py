@@ -145,7 +145,7 @@ def run_vector(spec: Any, rule: Any, vector: Vector, target: Any, strict: bool =
     key = getattr(target, "api_key", None)
     auth_vector = "api_key" in vector.server and key
     if auth_vector:  # the target's own key stands in for the vector's; its default auth is left out
-        p.headers = {k: v.replace(vector.server["api_key"], key) for k, v in p.headers.items()}
+        p.headers = {k: v.replace(vector.server["api_key"], str(key)) for k, v in p.headers.items()}
     try:
         if "metrics_unchanged" in expect.get("checks", []):
             before["counters"] = counters(target)
@@ -172,8 +172,8 @@ def _judge(rule: Any, ctx: CheckContext) -> Result:
     except CheckFailure as f:
         return Result("NON-STRICT" if rule.level == "SHOULD" else "FAIL", ex, f)
     except BodyNotJson as e:
-        f = CheckFailure("json body", "a JSON body", str(e))
-        return Result("NON-STRICT" if rule.level == "SHOULD" else "FAIL", ex, f)
+        return Result("NON-STRICT" if rule.level == "SHOULD" else "FAIL", ex,
+                      CheckFailure("json body", "a JSON body", str(e)))
     except TransportError as e:  # a check's own follow-up request broke off
         return Result("ERROR", e.exchange, reason=f"transport (follow-up request): {e}")
     except Exception as e:  # noqa: BLE001
