@@ -17,8 +17,9 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 
 from .engine_errors import ConfigMismatchError, WeightsFormatError
 
-#: tokenizer.ggml.pre values that split text with GPT-2's own pattern (ByteLevel's regex)
-GPT2_SPLIT = {"default", "gpt2", "gpt-2", "smollm", "starcoder", "refact"}
+#: tokenizer.ggml.pre values that split text with GPT-2's own pattern (ByteLevel's regex).
+#: (starcoder and refact split digits one by one: not these, refused until they are added.)
+GPT2_SPLIT = {"default", "gpt2", "gpt-2", "smollm"}
 #: tokenizer.ggml.pre values that split with Llama 3's pattern (digits in threes, then bytes)
 LLAMA3_SPLIT = {"llama3", "llama-v3", "llama-bpe"}
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -58,8 +59,11 @@ def _tokenizer(meta: dict[str, Any]) -> Tokenizer:
         raise ConfigMismatchError(f"GGUF tokenizer model {kind!r} is not supported yet (gpt2-style BPE only)")
     tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
-    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False))
     pre = meta.get("tokenizer.ggml.pre", "default")
+    # Llama 3 takes a split-off word that is itself in the vocabulary as one token, whether or
+    # not the merges would build it (its tokenizer.json says ignore_merges).
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges, fuse_unk=False,
+                               ignore_merges=pre in LLAMA3_SPLIT))
     if pre in GPT2_SPLIT:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     elif pre in LLAMA3_SPLIT:

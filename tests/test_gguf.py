@@ -42,7 +42,7 @@ def _byte_vocab() -> list[str]:
     return [table[b] for b in range(256)]
 
 
-TOKENS = _byte_vocab() + ["Ġt", "Ġth", "Ġthe", "<|im_start|>", "<|im_end|>"]
+TOKENS = _byte_vocab() + ["Ġt", "Ġth", "Ġthe", "Ġtea", "<|im_start|>", "<|im_end|>"]  # no merge builds Ġtea
 MERGES = ["Ġ t", "Ġt h", "Ġth e"]
 TYPES = [1] * (len(TOKENS) - 2) + [3, 3]
 
@@ -160,6 +160,15 @@ def test_tokenizer_template_name_and_end_tokens_come_from_the_metadata(tmp_path)
     assert model.own_template() == model.template("chat_template.glm.jinja")
     assert "<|im_start|>" in model.own_template()
     assert model.name == "model" and model.eos_ids == {len(TOKENS) - 1}
+
+
+def test_llama3_vocabularies_take_a_whole_word_from_the_vocabulary(tmp_path):
+    """Llama 3's tokenizer (pre llama-bpe) uses a split-off word found in the vocabulary as
+    one token even when no merge builds it; GPT-2-style vocabularies only merge."""
+    path, _ = write_gguf(tmp_path / "a", Q.F32, pre="llama-bpe")
+    assert Model(path).encode(" tea") == [TOKENS.index("Ġtea")]
+    path, _ = write_gguf(tmp_path / "b", Q.F32, pre="smollm")
+    assert Model(path).encode(" tea") == [TOKENS.index("Ġt"), TOKENS.index("e"), TOKENS.index("a")]
 
 
 def test_unsupported_metadata_is_refused_by_name(tmp_path):
