@@ -86,7 +86,7 @@ def http_threads(args: argparse.Namespace) -> int:
     return int(args.kv_slots) + int(args.max_queue) + SPARE_THREADS
 
 
-def resolve_model_defaults(args: argparse.Namespace, model: Any) -> str:
+def resolve_model_defaults(args: argparse.Namespace, model: Any, spec: Any = None) -> str:
     """Fill --model-id and --family when not given; returns how the family was chosen."""
     if args.model_id is None:
         from .paths import NAMED_MODELS
@@ -101,7 +101,7 @@ def resolve_model_defaults(args: argparse.Namespace, model: Any) -> str:
     from .families import detect_family
     from .spec import load_spec
 
-    args.family, why = detect_family(model.own_template(), load_spec())
+    args.family, why = detect_family(model.own_template(), spec or load_spec())
     return f"detected: {why}; override with --family"
 
 
@@ -138,10 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"colibri serve: {e}", file=sys.stderr)
         return 2
     model = Model(path, n_ctx=args.ctx)  # fail early, in the parent, on a bad model directory
-    family_note = resolve_model_defaults(args, model)
     from .spec import load_spec
 
-    families = load_spec().families
+    spec = load_spec()  # read once: family detection, the --family check and the service all use it
+    family_note = resolve_model_defaults(args, model, spec)
+    families = spec.families
     if args.family not in families:
         print(f"colibri serve: unknown --family {args.family!r}; known: {', '.join(families)}", file=sys.stderr)
         return 2
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, on_term)
 
         def load(self) -> Any:
-            svc = Service(settings, model=model)
+            svc = Service(settings, model=model, spec=spec)
             holder["service"] = svc
             for slot, what in sorted(svc.kv_report.items()):
                 print(f"colibri: KV slot {slot}: {what}", flush=True)

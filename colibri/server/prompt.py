@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from ..chat_template import render
@@ -122,8 +123,7 @@ class LiteralSpecials:
     """
 
     def __init__(self, specials: frozenset[str]):
-        ordered = sorted(specials, key=len, reverse=True)  # longest first: "<|im_end|>" before "<|im"
-        self._specials = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        self._specials = _specials_pattern(specials)
         self._originals: list[str] = []
         self._mark = "\ue000"
         self._placeholder: re.Pattern[str] | None = None
@@ -177,6 +177,14 @@ class LiteralSpecials:
             at = m.end()
         out.append((self.restore(rendered[at:]), False))
         return out
+
+
+@lru_cache(maxsize=8)
+def _specials_pattern(specials: frozenset[str]) -> re.Pattern[str] | None:
+    """One pattern per model (built once, not per request); longest first, so "<|im_end|>"
+    wins over a shorter special it starts with."""
+    ordered = sorted(specials, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, ordered))) if ordered else None
 
 
 def _strings(value: Any, into: list[str]) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from .body import MAX_BODY  # a larger declared body is complete as it stands: refused from its headers
 from .errors import ApiError, error
 
 READ_DEADLINE = float(os.environ.get("COLI_READ_DEADLINE", "30"))
@@ -40,7 +41,6 @@ READ_DEADLINE = float(os.environ.get("COLI_READ_DEADLINE", "30"))
 WRITE_TIMEOUT = float(os.environ.get("COLI_WRITE_TIMEOUT", "60"))
 MAX_CLIENT_CONNECTIONS = int(os.environ.get("COLI_MAX_CLIENT_CONNECTIONS", "64"))
 MAX_HEADER_BYTES = 64 * 1024  # beyond this, gunicorn's own parser refuses the request
-MAX_BODY = 4 * 1024 * 1024  # body.py's limit: a larger declared body is refused from its headers
 
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]+)[ \t]*\r\n", re.IGNORECASE)
 _CHUNKED = re.compile(rb"\r\ntransfer-encoding:[^\r\n]*chunked", re.IGNORECASE)
