@@ -95,6 +95,18 @@ def test_ops_admission_bounded_trickling_clients_hold_no_thread():
                 s.close()
 
 
+def _wait_until_busy(base: str, timeout: float = 15.0) -> None:
+    """Until the only thread is taken: /health itself is then refused with 429."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.3)  # let the event loop hand the holder its thread before probing
+        with socket.create_connection(_addr(base), timeout=10) as s:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            if _read_response(s, timeout=10)[0] == 429:
+                return
+    raise AssertionError("the holding request never took the thread")
+
+
 def test_ops_admission_bounded_full_pool_answers_429_at_once():
     """One slot, no queue, one thread: while a slow request holds it, the next request is
     refused at once with queue_full in its endpoint's envelope (before: it waited, unbounded,
@@ -102,7 +114,7 @@ def test_ops_admission_bounded_full_pool_answers_429_at_once():
     with live_server("--kv-slots", "1", "--max-queue", "0", "--threads", "1", "--debug-step-delay", "2") as base:
         holder = socket.create_connection(_addr(base), timeout=60)
         holder.sendall(_request(body={**CHAT, "max_tokens": 40}))
-        time.sleep(0.5)  # it holds the slot and the thread now (its first step takes 2 s)
+        _wait_until_busy(base)  # the holder has the only thread and the slot (its first step takes 2 s)
         try:
             for path, body in (("/v1/chat/completions", CHAT),
                                ("/v1/messages", {"model": "colibri-tiny", "max_tokens": 4,
