@@ -128,8 +128,10 @@ def scaled_rope(params: dict[str, Any], theta: float, head_dim: int, n_ctx: int)
                               "the original context)")
 
 
-def open_engine(weights: Path, config: ModelConfig, n_slots: int = 1, n_threads: int = 0) -> Any:
-    """The C engine over a safetensors file (n_threads 0: the OpenMP default)."""
+def open_engine(weights: Path, config: ModelConfig, n_slots: int = 1, n_threads: int = 0,
+                dequantize: bool = False) -> Any:
+    """The C engine over a safetensors or GGUF file (n_threads 0: the OpenMP default). GGUF block
+    types stay quantized and BF16 stays BF16 unless `dequantize` expands everything to F32."""
     from . import _engine
 
     c = config
@@ -137,7 +139,8 @@ def open_engine(weights: Path, config: ModelConfig, n_slots: int = 1, n_threads:
                           n_kv_heads=c.n_kv_heads, vocab_size=c.vocab_size, n_ctx=c.n_ctx,
                           tie_embeddings=c.tie_embeddings, rope_theta=c.rope_theta, norm_eps=c.norm_eps,
                           n_slots=n_slots, n_threads=n_threads, head_dim=c.head_dim,
-                          rope_inv_freq=None if c.rope_inv_freq is None else list(c.rope_inv_freq))
+                          rope_inv_freq=None if c.rope_inv_freq is None else list(c.rope_inv_freq),
+                          dequantize=dequantize)
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -228,8 +231,8 @@ class Model:
             raise WeightsIOError(f"{self.path} carries no chat template{f' (nor {name})' if name else ''}")
         return own
 
-    def engine(self, n_slots: int = 1, n_threads: int = 0) -> Any:
-        return open_engine(self.weights, self.config, n_slots, n_threads)
+    def engine(self, n_slots: int = 1, n_threads: int = 0, dequantize: bool = False) -> Any:
+        return open_engine(self.weights, self.config, n_slots, n_threads, dequantize)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)

@@ -367,26 +367,104 @@ bad:
     return COLIBRI_E_FORMAT;
 }
 
+/* ============================================================ value conversion */
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (mant == 0) bits = sign;
+        else { /* subnormal: normalise */
+            int e = -1;
+            do { e++; mant <<= 1; } while (!(mant & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
+        }
+    } else if (exp == 31) bits = sign | 0x7f800000u | (mant << 13);
+    else bits = sign | ((exp + 112) << 23) | (mant << 13);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static float half_at(const char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return half_to_float(h);
+}
+
+/* `count` values of any readable type to F32 (count a whole number of blocks for block
+ * types: 32 values each, see dtype_bytes). In Q4 blocks byte j holds value j in its low
+ * nibble and value j + 16 in its high one. */
+static void to_f32(dtype_t t, const char *src, size_t count, float *dst) {
+    if (t == DT_F32) { memcpy(dst, src, count * sizeof(float)); return; }
+    if (t == DT_F16 || t == DT_BF16) {
+        for (size_t i = 0; i < count; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            if (t == DT_F16) dst[i] = half_to_float(h);
+            else { uint32_t b = (uint32_t)h << 16; memcpy(&dst[i], &b, 4); }
+        }
+        return;
+    }
+    for (size_t b = 0; b < count / 32; b++, dst += 32) {
+        if (t == DT_Q8_0) {
+            const char *blk = src + b * 34;
+            float d = half_at(blk);
+            for (int j = 0; j < 32; j++) dst[j] = d * (float)(int8_t)blk[2 + j];
+        } else {
+            const char *blk = src + b * (t == DT_Q4_0 ? 18 : 20);
+            float d = half_at(blk), m = t == DT_Q4_1 ? half_at(blk + 2) : -8.0f * d;
+            const unsigned char *qs = (const unsigned char *)blk + (t == DT_Q4_0 ? 2 : 4);
+            for (int j = 0; j < 16; j++) {
+                dst[j] = d * (float)(qs[j] & 0x0f) + m;
+                dst[j + 16] = d * (float)(qs[j] >> 4) + m;
+            }
+        }
+    }
+}
+
 /* ============================================================ weights and state */
 
-/* A matmul weight W (d, n) repacked for the kernel: ceil(d/16) panels, panel q holding
- * output columns 16q..16q+15 as n rows of 16 floats, zero-padded past d. The kernel then reads
- * each weight once per step as whole contiguous vectors, with no horizontal sums. */
-typedef struct {
-    float *p;  /* (n_panels, n, 16), 64-byte aligned */
-    int n, d;  /* input and output width of the original W (d, n) */
-} panels;
+/* How a matmul weight W (d, n) is kept in memory.
+ *
+ * W_F32 and W_BF16 are panels: ceil(d/16) panels, panel q holding output columns 16q..16q+15
+ * as n rows of 16 elements, zero-padded past d. The kernel then reads each weight once per
+ * step as whole contiguous vectors, with no horizontal sums. BF16 panels hold the file's
+ * bfloat16 bits and widen them on load into the same float arithmetic: half the bytes, and
+ * results identical to F32 panels of the same values.
+ *
+ * W_Q8 and W_Q4 keep a GGUF block type quantized: row o of W is n/32 blocks of 32 values,
+ * value = scale * q + min with q unsigned (Q8: the file's int8 + 128, 32 bytes a block; Q4:
+ * nibbles, 16 bytes a block, byte j holding value j low and value j + 16 high, as in the
+ * file) and scale, min floats per block (Q8_0: min = -128 scale; Q4_0: -8 scale; Q4_1: the
+ * file's min). One form for the three types means one kernel (qdot). */
+typedef enum { W_F32, W_BF16, W_Q8, W_Q4 } wkind;
 
 typedef struct {
-    float *token_embedding;  /* (vocab, dim) */
+    wkind kind;
+    int n, d;        /* input and output width of W (d, n) */
+    void *p;         /* panels: (n_panels, n, 16) floats or bf16, 64-byte aligned; blocks: (d, n/32) quants */
+    float *scale;    /* blocks only: (d, n/32) */
+    float *min;      /* blocks only: (d, n/32) */
+} matrix;
+
+/* The token embedding as the file stores it (any readable type): rows are converted to F32
+ * one at a time as tokens use them, so a quantized table stays quantized. */
+typedef struct {
+    dtype_t dtype;
+    const char *rows;   /* (vocab, dim) in the file mapping, or an F32 copy */
+    size_t row_bytes;
+} table;
+
+typedef struct {
+    table token_embedding;   /* (vocab, dim) */
     float **attn_norm;       /* per layer (dim) */
-    panels *wqkv;            /* per layer (q_dim + 2*kv_dim, dim): q_proj, k_proj, v_proj stacked */
-    panels *wo;              /* per layer (dim, n_heads*head_size) */
+    matrix *wqkv;            /* per layer (q_dim + 2*kv_dim, dim): q_proj, k_proj, v_proj stacked */
+    matrix *wo;              /* per layer (dim, n_heads*head_size) */
     float **ffn_norm;        /* per layer (dim) */
-    panels *w_gate_up;       /* per layer (2*hidden_dim, dim): gate_proj, up_proj stacked */
-    panels *w_down;          /* per layer (dim, hidden_dim) */
+    matrix *w_gate_up;       /* per layer (2*hidden_dim, dim): gate_proj, up_proj stacked */
+    matrix *w_down;          /* per layer (dim, hidden_dim) */
     float *final_norm;       /* (dim) */
-    panels lm_head;          /* (vocab, dim); the embedding when tied */
+    matrix lm_head;          /* (vocab, dim); the embedding's values when tied */
 } weights;
 
 typedef struct {
@@ -406,11 +484,14 @@ typedef struct {
     float *hb;       /* (cap, hidden_dim) */
     float *gu;       /* (cap, 2*hidden_dim): each row's gate then up projection */
     float *att;      /* (cap, n_heads, n_ctx) attention scores */
+    int8_t *aq;      /* (cap, max_in): a block kernel's input rows quantized (see quantize_rows) */
+    float *ad, *as;  /* (cap, max_in/32): each input block's scale and scale * sum of its quants */
 } scratch;
 
 struct colibri_engine {
     colibri_config cfg;
     int head_size, kv_dim, q_dim;
+    int max_in;            /* the widest matmul input: max(dim, q_dim, hidden_dim) */
     int rope_interleaved;  /* 1: RoPE rotates pairs (2i, 2i+1) (GGUF); 0: (i, i + head_size/2) */
     int n_slots, n_threads;
     weights w;
@@ -428,6 +509,7 @@ static void *xcalloc(size_t n, size_t size) { return n && size ? calloc(n, size)
 static void free_scratch(scratch *s) {
     free(s->x); free(s->xb); free(s->qkv);
     free(s->att_out); free(s->hb); free(s->gu); free(s->att);
+    free(s->aq); free(s->ad); free(s->as);
     memset(s, 0, sizeof *s);
 }
 
@@ -444,7 +526,10 @@ static int ensure_scratch(colibri_engine *e, int rows) {
     s->hb = xcalloc(r * c->hidden_dim, sizeof(float));
     s->gu = xcalloc(r * 2 * c->hidden_dim, sizeof(float));
     s->att = xcalloc(r * c->n_heads * c->n_ctx, sizeof(float));
-    if (!s->x || !s->xb || !s->qkv || !s->att_out || !s->hb || !s->gu || !s->att) {
+    s->aq = xcalloc(r * e->max_in, 1);
+    s->ad = xcalloc(r * e->max_in / 32 + 1, sizeof(float));
+    s->as = xcalloc(r * e->max_in / 32 + 1, sizeof(float));
+    if (!s->x || !s->xb || !s->qkv || !s->att_out || !s->hb || !s->gu || !s->att || !s->aq || !s->ad || !s->as) {
         free_scratch(s);
         return COLIBRI_E_NOMEM;
     }
@@ -504,7 +589,24 @@ static void softmax(float *x, int n) {
 #define PANEL 16  /* output columns per panel: one 512-bit vector of floats */
 typedef float vec16 __attribute__((vector_size(PANEL * sizeof(float))));
 
+typedef uint16_t u16x16 __attribute__((vector_size(PANEL * sizeof(uint16_t))));
+typedef uint32_t u32x16 __attribute__((vector_size(PANEL * sizeof(uint32_t))));
+
 static vec16 load16(const float *p) { vec16 v; memcpy(&v, p, sizeof v); return v; }
+
+/* Element i of a panel as 16 floats; bfloat16 is the top half of a float's bits. */
+static inline __attribute__((always_inline)) vec16 load_panel(const void *pan, size_t i, int bf16) {
+    vec16 v;
+    if (!bf16) {
+        memcpy(&v, (const float *)pan + i, sizeof v);
+    } else {
+        u16x16 h;
+        memcpy(&h, (const uint16_t *)pan + i, sizeof h);
+        u32x16 bits = __builtin_convertvector(h, u32x16) << 16;
+        memcpy(&v, &bits, sizeof v);
+    }
+    return v;
+}
 
 /* One register tile: RB input rows against CB panels, all n inputs. Each step j loads CB
  * weight vectors and multiplies each by RB broadcast inputs, so a weight is read once for
@@ -512,12 +614,12 @@ static vec16 load16(const float *p) { vec16 v; memcpy(&v, p, sizeof v); return v
  * output is the same sequential sum over j whatever the batch size, so a batched decode
  * gives bit-identical results to a single-slot one. RB and CB are literals at every call
  * site, so the compiler unrolls both loops into RB*CB independent accumulators. */
-static inline __attribute__((always_inline)) void tile(float *out, const float *x, const float *pan,
-                                                     int n, int d, int col0, int RB, int CB) {
+static inline __attribute__((always_inline)) void tile(float *out, const float *x, const void *pan,
+                                                     int n, int d, int col0, int RB, int CB, int BF) {
     vec16 acc[4][4] = {{{0}}};
     for (int j = 0; j < n; j++) {
         vec16 w[4];
-        for (int c = 0; c < CB; c++) w[c] = load16(pan + ((size_t)c * n + j) * PANEL);
+        for (int c = 0; c < CB; c++) w[c] = load_panel(pan, ((size_t)c * n + j) * PANEL, BF);
         for (int r = 0; r < RB; r++) {
             float xr = x[(size_t)r * n + j];
             for (int c = 0; c < CB; c++) acc[r][c] += w[c] * xr;
@@ -530,24 +632,27 @@ static inline __attribute__((always_inline)) void tile(float *out, const float *
         }
 }
 
-#define TILE_ROWS(RB)                                                                           \
+#define TILE_COLS(RB, BF)                                                                       \
     switch (cb) {                                                                               \
-    case 4: tile(o, xr, pan, n, d, col0, RB, 4); break;                                      \
-    case 3: tile(o, xr, pan, n, d, col0, RB, 3); break;                                      \
-    case 2: tile(o, xr, pan, n, d, col0, RB, 2); break;                                      \
-    default: tile(o, xr, pan, n, d, col0, RB, 1); break;                                     \
+    case 4: tile(o, xr, pan, n, d, col0, RB, 4, BF); break;                                     \
+    case 3: tile(o, xr, pan, n, d, col0, RB, 3, BF); break;                                     \
+    case 2: tile(o, xr, pan, n, d, col0, RB, 2, BF); break;                                     \
+    default: tile(o, xr, pan, n, d, col0, RB, 1, BF); break;                                    \
     }
+#define TILE_ROWS(RB) if (bf16) { TILE_COLS(RB, 1) } else { TILE_COLS(RB, 0) }
 
-/* out (rows, d) = x (rows, n) @ W^T. Threads split the output columns in groups of four
- * panels; within a group the rows go four at a time, so a group's panels (n * 256 bytes)
- * stay in cache while a prefill streams its rows past them. */
-static void matmul(float *out, const float *x, const panels *w, int rows, int threads) {
+/* out (rows, d) = x (rows, n) @ W^T on panels. Threads split the output columns in groups of
+ * four panels; within a group the rows go four at a time, so a group's panels (n * 256 bytes
+ * of floats) stay in cache while a prefill streams its rows past them. */
+static void panel_matmul(float *out, const float *x, const matrix *w, int rows, int threads) {
     const int n = w->n, d = w->d, n_panels = (d + PANEL - 1) / PANEL, n_groups = (n_panels + 3) / 4;
+    const int bf16 = w->kind == W_BF16;
+    const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float);
     int g;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
     for (g = 0; g < n_groups; g++) {
         const int cb = n_panels - 4 * g < 4 ? n_panels - 4 * g : 4, col0 = 4 * g * PANEL;
-        const float *pan = w->p + (size_t)4 * g * n * PANEL;
+        const void *pan = (const char *)w->p + (size_t)4 * g * n * PANEL * esize;
         for (int r = 0; r < rows; r += 4) {
             const float *xr = x + (size_t)r * n;
             float *o = out + (size_t)r * d;
@@ -561,6 +666,170 @@ static void matmul(float *out, const float *x, const panels *w, int rows, int th
     }
 }
 #undef TILE_ROWS
+#undef TILE_COLS
+
+/* ---- block kernels (W_Q8, W_Q4) ----
+ *
+ * The input rows are quantized too, the way llama.cpp's Q8_0/Q8_1 activations are: each
+ * 32-value block to int8 with scale amax/127 (nearest), keeping scale * Σq for the min term.
+ * A weight block against an input block is then one integer dot product:
+ *     Σ_j (scale_w q_j + min_w) (scale_a a_j) = scale_w scale_a Σ_j q_j a_j + min_w (scale_a Σ_j a_j)
+ * The error against the dequantized F32 weights is the input rounding alone (at most half a
+ * step of amax/127 per value), stated per format in tests/test_gguf.py. */
+static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, float *s) {
+    const size_t blocks = (size_t)rows * (size_t)(n / 32);
+    for (size_t b = 0; b < blocks; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int v = (int)nearbyintf(xb[j] * inv);
+            q[b * 32 + j] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = amax / 127.0f;
+        s[b] = d[b] * (float)sum;
+    }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define DPBUSD(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+#elif defined(__AVXVNNI__)
+#include <immintrin.h>
+#define DPBUSD(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+#endif
+
+#ifdef DPBUSD
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
+/* Σ_b min_b * sum_b over a row's blocks: the weights' min term (see above). */
+static inline float min_term(const float *wm, const float *as, int nb) {
+    float t = 0.0f;
+    int b = 0;
+#ifdef DPBUSD
+    __m256 acc = _mm256_setzero_ps();
+    for (; b + 8 <= nb; b += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(wm + b), _mm256_loadu_ps(as + b), acc);
+    t = hsum8(acc);
+#endif
+    for (; b < nb; b++) t += wm[b] * as[b];
+    return t;
+}
+
+#ifdef DPBUSD
+/* acc[r] += weight block b · input block b of row r, for RB rows (see qdot). */
+static inline __attribute__((always_inline)) void qblock(__m256 *acc, const unsigned char *wq, const float *ws, int b,
+                                                       const int8_t *aq, const float *ad, int nb, int n, int q4,
+                                                       int RB) {
+    __m256i w;
+    if (q4) {
+        const __m128i low = _mm_set1_epi8(0x0f);
+        __m128i x = _mm_loadu_si128((const __m128i *)(wq + (size_t)b * 16));
+        w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), low), _mm_and_si128(x, low));
+    } else {
+        w = _mm256_loadu_si256((const __m256i *)(wq + (size_t)b * 32));
+    }
+    for (int r = 0; r < RB; r++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
+        __m256 p = _mm256_cvtepi32_ps(DPBUSD(w, a));
+        acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(ws[b] * ad[(size_t)r * nb + b]), acc[r]);
+    }
+}
+#endif
+
+/* out[r * d] = row o of W (nb blocks: quants wq, scales ws, mins wm) · input row r, for RB
+ * input rows (quants aq with row stride n, block scales ad and sums as with stride nb). Each
+ * weight block is unpacked once for all RB rows. Even and odd blocks go to two accumulators
+ * (two dependency chains: a single one would wait on every multiply-add). Every output is the
+ * same sequence of operations whatever RB is, so a batched decode gives bit-identical rows to
+ * a single one. */
+static inline __attribute__((always_inline)) void qdot(float *out, int d, const unsigned char *wq,
+                                                     const float *ws, const float *wm, int nb,
+                                                     const int8_t *aq, const float *ad, const float *as,
+                                                     int n, int q4, int RB) {
+#ifdef DPBUSD
+    __m256 acc0[4], acc1[4];
+    for (int r = 0; r < RB; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b += 2) {
+        qblock(acc0, wq, ws, b, aq, ad, nb, n, q4, RB);
+        if (b + 1 < nb) qblock(acc1, wq, ws, b + 1, aq, ad, nb, n, q4, RB);
+    }
+    for (int r = 0; r < RB; r++)
+        out[(size_t)r * d] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) + min_term(wm, as + (size_t)r * nb, nb);
+#else
+    float acc[4] = {0};
+    for (int b = 0; b < nb; b++) {
+        unsigned char w[32];
+        if (q4) for (int j = 0; j < 16; j++) { w[j] = wq[(size_t)b * 16 + j] & 0x0f; w[j + 16] = wq[(size_t)b * 16 + j] >> 4; }
+        else memcpy(w, wq + (size_t)b * 32, 32);
+        for (int r = 0; r < RB; r++) {
+            const int8_t *a = aq + (size_t)r * n + (size_t)b * 32;
+            int32_t dot = 0;
+            for (int j = 0; j < 32; j++) dot += (int32_t)w[j] * a[j];
+            acc[r] += (float)dot * (ws[b] * ad[(size_t)r * nb + b]);
+        }
+    }
+    for (int r = 0; r < RB; r++) out[(size_t)r * d] = acc[r] + min_term(wm, as + (size_t)r * nb, nb);
+#endif
+}
+
+#define QDOT_ROWS(Q4)                                                                                       \
+    switch (rb) {                                                                                           \
+    case 4: qdot(o, d, wq, ws, wm, nb, aq, ad, as, n, Q4, 4); break;                                        \
+    case 3: qdot(o, d, wq, ws, wm, nb, aq, ad, as, n, Q4, 3); break;                                        \
+    case 2: qdot(o, d, wq, ws, wm, nb, aq, ad, as, n, Q4, 2); break;                                        \
+    default: qdot(o, d, wq, ws, wm, nb, aq, ad, as, n, Q4, 1); break;                                       \
+    }
+
+/* Output rows per work item: a group's blocks stay in cache while the input rows pass by. */
+#define QGROUP 16
+#define QPREFETCH 4  /* rows ahead */
+
+/* out (rows, d) = x (rows, n) @ W^T on blocks. The input rows are quantized once (into s),
+ * then threads split the output rows in groups of QGROUP, input rows four at a time. */
+static void block_matmul(float *out, const float *x, const matrix *w, int rows, int threads, scratch *s) {
+    const int n = w->n, d = w->d, nb = n / 32, q4 = w->kind == W_Q4, n_groups = (d + QGROUP - 1) / QGROUP;
+    const size_t qrow = (size_t)nb * (q4 ? 16 : 32);
+    quantize_rows(x, rows, n, s->aq, s->ad, s->as);
+    int g;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
+    for (g = 0; g < n_groups; g++) {
+        const int o_end = (g + 1) * QGROUP < d ? (g + 1) * QGROUP : d;
+        for (int r = 0; r < rows; r += 4) {
+            const int rb = rows - r < 4 ? rows - r : 4;
+            const int8_t *aq = s->aq + (size_t)r * n;
+            const float *ad = s->ad + (size_t)r * nb, *as = s->as + (size_t)r * nb;
+            for (int row = g * QGROUP; row < o_end; row++) {
+                const unsigned char *wq = (const unsigned char *)w->p + (size_t)row * qrow;
+                const float *ws = w->scale + (size_t)row * nb, *wm = w->min + (size_t)row * nb;
+                if (row + QPREFETCH < d) {  /* decode streams W from memory once: ask for it early */
+                    for (size_t off = 0; off < qrow; off += 64) __builtin_prefetch(wq + QPREFETCH * qrow + off);
+                    for (size_t off = 0; off < (size_t)nb * sizeof(float); off += 64) {
+                        __builtin_prefetch((const char *)(ws + QPREFETCH * (size_t)nb) + off);
+                        __builtin_prefetch((const char *)(wm + QPREFETCH * (size_t)nb) + off);
+                    }
+                }
+                float *o = out + (size_t)r * d + row;
+                if (q4) { QDOT_ROWS(1) } else { QDOT_ROWS(0) }
+            }
+        }
+    }
+}
+#undef QDOT_ROWS
+
+/* out (rows, d) = x (rows, n) @ W^T, whatever form W is kept in. */
+static void matmul(colibri_engine *e, float *out, const float *x, const matrix *w, int rows) {
+    if (w->kind == W_Q8 || w->kind == W_Q4) block_matmul(out, x, w, rows, e->n_threads, &e->s);
+    else panel_matmul(out, x, w, rows, e->n_threads);
+}
 
 /* RoPE: rotate-half pairs i with i + head_size/2 (the Hugging Face convention); interleaved
  * pairs 2i with 2i + 1 (GGUF's llama layout). */
@@ -702,13 +971,13 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
     const int kv_mul = c->n_heads / c->n_kv_heads, half = hs / 2, T = e->n_threads;
     scratch *s = &e->s;
 
-    for (int r = 0; r < rows; r++)
-        memcpy(s->x + (size_t)r * dim, e->w.token_embedding + (size_t)tok[r] * dim, sizeof(float) * dim);
+    const table *emb = &e->w.token_embedding;
+    for (int r = 0; r < rows; r++) to_f32(emb->dtype, emb->rows + (size_t)tok[r] * emb->row_bytes, dim, s->x + (size_t)r * dim);
 
     for (int l = 0; l < c->n_layers; l++) {
         for (int r = 0; r < rows; r++)
             rmsnorm(s->xb + (size_t)r * dim, s->x + (size_t)r * dim, e->w.attn_norm[l], dim, c->norm_eps);
-        matmul(s->qkv, s->xb, &e->w.wqkv[l], rows, T);
+        matmul(e, s->qkv, s->xb, &e->w.wqkv[l], rows);
         for (int r = 0; r < rows; r++) {
             const float *cr = e->rope_cos + (size_t)pos[r] * half, *sr = e->rope_sin + (size_t)pos[r] * half;
             float *q = s->qkv + (size_t)r * qkvd, *k = q + qd, *v = k + kvd;
@@ -732,19 +1001,19 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
                 attend(s->att_out + (size_t)r * qd + h * hs, s->qkv + (size_t)r * qkvd + h * hs, kbase, vbase, kvd, hs,
                        pos[r] + 1, s->att + ((size_t)r * c->n_heads + h) * c->n_ctx);
         }
-        matmul(s->xb, s->att_out, &e->w.wo[l], rows, T);
+        matmul(e, s->xb, s->att_out, &e->w.wo[l], rows);
         for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
 
         for (int r = 0; r < rows; r++)
             rmsnorm(s->xb + (size_t)r * dim, s->x + (size_t)r * dim, e->w.ffn_norm[l], dim, c->norm_eps);
-        matmul(s->gu, s->xb, &e->w.w_gate_up[l], rows, T);
+        matmul(e, s->gu, s->xb, &e->w.w_gate_up[l], rows);
         for (int r = 0; r < rows; r++) {
             const float *gate = s->gu + (size_t)r * 2 * hid, *up = gate + hid;
             float *h = s->hb + (size_t)r * hid;
 #pragma omp simd
             for (int i = 0; i < hid; i++) h[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];  /* SwiGLU */
         }
-        matmul(s->xb, s->hb, &e->w.w_down[l], rows, T);
+        matmul(e, s->xb, s->hb, &e->w.w_down[l], rows);
         for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
     }
 }
@@ -755,7 +1024,7 @@ static void logits_for(colibri_engine *e, const int *which, int n, float *out) {
     scratch *s = &e->s;
     for (int i = 0; i < n; i++)
         rmsnorm(s->xb + (size_t)i * c->dim, s->x + (size_t)which[i] * c->dim, e->w.final_norm, c->dim, c->norm_eps);
-    matmul(out, s->xb, &e->w.lm_head, n, e->n_threads);
+    matmul(e, out, s->xb, &e->w.lm_head, n);
 }
 
 /* ============================================================ loading */
@@ -765,100 +1034,84 @@ static const tensor_info *find(const tensor_info *ts, int n, const char *name) {
     return NULL;
 }
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (mant == 0) bits = sign;
-        else { /* subnormal: normalise */
-            int e = -1;
-            do { e++; mant <<= 1; } while (!(mant & 0x400));
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((mant & 0x3ff) << 13);
-        }
-    } else if (exp == 31) bits = sign | 0x7f800000u | (mant << 13);
-    else bits = sign | ((exp + 112) << 23) | (mant << 13);
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static float half_at(const char *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return half_to_float(h);
-}
-
-/* Block types to F32, block by block (32 values each; see dtype_bytes). In Q4 blocks byte
- * j holds value j in its low nibble and value j + 16 in its high one. */
-static void dequantize(dtype_t t, const char *src, size_t count, float *dst) {
-    for (size_t b = 0; b < count / 32; b++, dst += 32) {
-        if (t == DT_Q8_0) {
-            const char *blk = src + b * 34;
-            float d = half_at(blk);
-            for (int j = 0; j < 32; j++) dst[j] = d * (float)(int8_t)blk[2 + j];
-        } else {
-            const char *blk = src + b * (t == DT_Q4_0 ? 18 : 20);
-            float d = half_at(blk), m = t == DT_Q4_1 ? half_at(blk + 2) : -8.0f * d;
-            const unsigned char *qs = (const unsigned char *)blk + (t == DT_Q4_0 ? 2 : 4);
-            for (int j = 0; j < 16; j++) {
-                dst[j] = d * (float)(qs[j] & 0x0f) + m;
-                dst[j + 16] = d * (float)(qs[j] >> 4) + m;
-            }
-        }
-    }
+/* Finds a tensor of the expected 1-D or 2-D shape whose bytes lie inside the data section;
+ * *src receives them. */
+static int locate(const tensor_info *ts, int nt, const char *data, size_t data_size, const char *name, long d0,
+                  long d1, const tensor_info **found, const char **src) {
+    const tensor_info *t = find(ts, nt, name);
+    if (!t) return COLIBRI_E_MISSING_TENSOR;
+    int want_ndim = d1 ? 2 : 1;
+    if (t->ndim != want_ndim || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) return COLIBRI_E_SHAPE;
+    if (t->dtype == DT_OTHER) return COLIBRI_E_DTYPE;
+    size_t bytes = dtype_bytes(t->dtype, (size_t)d0 * (size_t)(d1 ? d1 : 1));
+    if (!bytes || t->end < t->begin || t->end > data_size || t->end - t->begin != bytes) return COLIBRI_E_FORMAT;
+    *found = t;
+    *src = data + t->begin;
+    return COLIBRI_OK;
 }
 
 /* Resolves a tensor of the expected 1-D or 2-D shape to an F32 pointer (converting if needed). */
 static int bind(colibri_engine *e, const tensor_info *ts, int nt, const char *data, size_t data_size,
                 const char *name, long d0, long d1, float **out) {
-    const tensor_info *t = find(ts, nt, name);
-    if (!t) return COLIBRI_E_MISSING_TENSOR;
-    int want_ndim = d1 ? 2 : 1;
-    if (t->ndim != want_ndim || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) return COLIBRI_E_SHAPE;
-    size_t count = (size_t)d0 * (size_t)(d1 ? d1 : 1);
-    if (t->dtype == DT_OTHER) return COLIBRI_E_DTYPE;
-    size_t bytes = dtype_bytes(t->dtype, count);
-    if (!bytes || t->end < t->begin || t->end > data_size || t->end - t->begin != bytes) return COLIBRI_E_FORMAT;
-    const char *src = data + t->begin;
+    const tensor_info *t;
+    const char *src;
+    int rc = locate(ts, nt, data, data_size, name, d0, d1, &t, &src);
+    if (rc) return rc;
     if (t->dtype == DT_F32 && ((uintptr_t)src % 4) == 0) {
         *out = (float *)src;
         return COLIBRI_OK;
     }
+    size_t count = (size_t)d0 * (size_t)(d1 ? d1 : 1);
     float *dst = malloc(count * sizeof(float));
     if (!dst) return COLIBRI_E_NOMEM;
-    if (t->dtype >= DT_Q8_0) dequantize(t->dtype, src, count, dst);
-    else for (size_t i = 0; i < count; i++) {
-        if (t->dtype == DT_F32) memcpy(&dst[i], src + 4 * i, 4);
-        else {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            if (t->dtype == DT_F16) dst[i] = half_to_float(h);
-            else { uint32_t b = (uint32_t)h << 16; memcpy(&dst[i], &b, 4); }
-        }
-    }
+    to_f32(t->dtype, src, count, dst);
     e->owned[e->n_owned++] = dst;
     *out = dst;
     return COLIBRI_OK;
 }
 
-/* Repacks W (d, n) into the engine's own panels (see `panels`). W may be several matrices
- * stacked by rows (src[0] with d_of[0] rows, then src[1], ...): a fused projection. */
-static int pack(colibri_engine *e, const float *const *src, const long *d_of, int n_src, long n, panels *out) {
+/* The token embedding (vocab, dim) as stored: rows are converted when used. */
+static int bind_table(const tensor_info *ts, int nt, const char *data, size_t data_size, const char *name, long vocab,
+                      long dim, table *out) {
+    const tensor_info *t;
+    const char *src;
+    int rc = locate(ts, nt, data, data_size, name, vocab, dim, &t, &src);
+    if (rc) return rc;
+    out->dtype = t->dtype;
+    out->rows = src;
+    out->row_bytes = dtype_bytes(t->dtype, (size_t)dim);
+    return out->row_bytes ? COLIBRI_OK : COLIBRI_E_SHAPE;  /* a block type needs whole blocks per row */
+}
+
+/* Repacks W (d, n) into the engine's own panels (see `matrix`), of floats or of bfloat16 (the
+ * values must then be bfloat16 values: their low 16 bits are dropped). W may be several
+ * matrices stacked by rows (src[0] with d_of[0] rows, then src[1], ...): a fused projection. */
+static int pack(colibri_engine *e, const float *const *src, const long *d_of, int n_src, long n, wkind kind,
+                matrix *out) {
     long d = 0;
     for (int i = 0; i < n_src; i++) d += d_of[i];
-    size_t n_panels = (size_t)(d + PANEL - 1) / PANEL, size = n_panels * (size_t)n * PANEL * sizeof(float);
-    float *p = aligned_alloc(64, size);  /* size is a multiple of 64: PANEL floats per row */
+    const size_t esize = kind == W_BF16 ? sizeof(uint16_t) : sizeof(float);
+    size_t n_panels = (size_t)(d + PANEL - 1) / PANEL, size = n_panels * (size_t)n * PANEL * esize;
+    char *p = aligned_alloc(64, size);  /* size is a multiple of 32: PANEL elements per row */
     if (!p) return COLIBRI_E_NOMEM;
     memset(p, 0, size);
     long col = 0;
     for (int i = 0; i < n_src; i++)
         for (long row = 0; row < d_of[i]; row++, col++) {
-            float *dst = p + (size_t)(col / PANEL) * n * PANEL + col % PANEL;
-            for (long j = 0; j < n; j++) dst[(size_t)j * PANEL] = src[i][(size_t)row * n + j];
+            size_t at = (size_t)(col / PANEL) * n * PANEL + col % PANEL;
+            for (long j = 0; j < n; j++, at += PANEL) {
+                float v = src[i][(size_t)row * n + j];
+                if (kind == W_BF16) {
+                    uint32_t bits;
+                    memcpy(&bits, &v, 4);
+                    ((uint16_t *)p)[at] = (uint16_t)(bits >> 16);
+                } else {
+                    ((float *)p)[at] = v;
+                }
+            }
         }
-    e->owned[e->n_owned++] = p;
-    out->p = p;
-    out->n = (int)n;
-    out->d = (int)d;
+    e->owned[e->n_owned++] = (float *)p;
+    *out = (matrix){.kind = kind, .n = (int)n, .d = (int)d, .p = p};
     return COLIBRI_OK;
 }
 
@@ -874,13 +1127,13 @@ static void release_pages(const colibri_engine *e, const void *p, size_t bytes) 
 }
 
 /* Binds the named tensors (each (d_of[i], n)) and packs them stacked; copies that bind made
- * to convert F16/BF16 are freed once packed. */
+ * to convert them are freed once packed. */
 static int bind_packed(colibri_engine *e, const tensor_info *ts, int nt, const char *data, size_t data_size,
-                       const char *const *names, const long *d_of, int n_src, long n, panels *out) {
+                       const char *const *names, const long *d_of, int n_src, long n, wkind kind, matrix *out) {
     int before = e->n_owned, rc = COLIBRI_OK;
     float *raw[3];
     for (int i = 0; i < n_src && !rc; i++) rc = bind(e, ts, nt, data, data_size, names[i], d_of[i], n, &raw[i]);
-    if (!rc) rc = pack(e, (const float *const *)raw, d_of, n_src, n, out);
+    if (!rc) rc = pack(e, (const float *const *)raw, d_of, n_src, n, kind, out);
     if (rc) return rc;
     for (int i = 0; i < n_src; i++) release_pages(e, raw[i], (size_t)d_of[i] * (size_t)n * sizeof(float));
     int converted = e->n_owned - 1 - before;
@@ -888,6 +1141,60 @@ static int bind_packed(colibri_engine *e, const tensor_info *ts, int nt, const c
     e->owned[before] = e->owned[e->n_owned - 1];
     e->n_owned = before + 1;
     return COLIBRI_OK;
+}
+
+/* Copies the named block-type tensors (each (d_of[i], n), all of one type t) stacked into a
+ * W_Q8 or W_Q4 matrix (see `matrix`), releasing the file's pages as it goes. */
+static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const char *const *src, const long *d_of,
+                       int n_src, long n, dtype_t t, matrix *out) {
+    long d = 0;
+    for (int i = 0; i < n_src; i++) d += d_of[i];
+    const int q4 = t != DT_Q8_0, qbytes = q4 ? 16 : 32, in_bytes = t == DT_Q8_0 ? 34 : t == DT_Q4_0 ? 18 : 20;
+    const size_t nb = (size_t)n / 32, quants = (size_t)d * nb * qbytes, floats = (size_t)d * nb;
+    size_t size = (quants + 2 * floats * sizeof(float) + 63) / 64 * 64;
+    char *p = aligned_alloc(64, size);
+    if (!p) return COLIBRI_E_NOMEM;
+    unsigned char *q = (unsigned char *)p;
+    float *scale = (float *)(p + quants), *min = scale + floats;  /* quants is a multiple of 16: aligned */
+    size_t blk = 0;
+    for (int i = 0; i < n_src; i++) {
+        for (size_t b = 0; b < (size_t)d_of[i] * nb; b++, blk++) {
+            const char *in = src[i] + b * in_bytes;
+            float sc = half_at(in);
+            unsigned char *qo = q + blk * qbytes;
+            scale[blk] = sc;
+            if (t == DT_Q8_0) {
+                for (int j = 0; j < 32; j++) qo[j] = (unsigned char)((int)(int8_t)in[2 + j] + 128);
+                min[blk] = -128.0f * sc;
+            } else {
+                memcpy(qo, in + (t == DT_Q4_0 ? 2 : 4), 16);
+                min[blk] = t == DT_Q4_0 ? -8.0f * sc : half_at(in + 2);
+            }
+        }
+        release_pages(e, src[i], (size_t)(tsr[i]->end - tsr[i]->begin));
+    }
+    e->owned[e->n_owned++] = (float *)p;
+    *out = (matrix){.kind = q4 ? W_Q4 : W_Q8, .n = (int)n, .d = (int)d, .p = p, .scale = scale, .min = min};
+    return COLIBRI_OK;
+}
+
+/* Binds a (possibly fused) projection in the best form its tensors allow: block types stay
+ * quantized when every part has the same block type, BF16 stays BF16; anything else, mixed
+ * types, or cfg.dequantize set, becomes F32 panels. */
+static int bind_matrix(colibri_engine *e, const tensor_info *ts, int nt, const char *data, size_t data_size,
+                       const char *const *names, const long *d_of, int n_src, long n, matrix *out) {
+    const tensor_info *t[3];
+    const char *src[3];
+    for (int i = 0; i < n_src; i++) {
+        int rc = locate(ts, nt, data, data_size, names[i], d_of[i], n, &t[i], &src[i]);
+        if (rc) return rc;
+    }
+    dtype_t common = t[0]->dtype;
+    for (int i = 1; i < n_src; i++) if (t[i]->dtype != common) common = DT_OTHER;
+    if (!e->cfg.dequantize && (common == DT_Q8_0 || common == DT_Q4_0 || common == DT_Q4_1))
+        return bind_blocks(e, t, src, d_of, n_src, n, common, out);
+    wkind kind = !e->cfg.dequantize && common == DT_BF16 ? W_BF16 : W_F32;
+    return bind_packed(e, ts, nt, data, data_size, names, d_of, n_src, n, kind, out);
 }
 
 /* The head width: given, or dim / n_heads (then n_heads must divide dim); 0 if invalid. */
@@ -937,6 +1244,8 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     e->cfg.head_dim = e->head_size;
     e->kv_dim = cfg->n_kv_heads * e->head_size;
     e->q_dim = cfg->n_heads * e->head_size;
+    e->max_in = cfg->dim > e->q_dim ? cfg->dim : e->q_dim;
+    e->max_in = cfg->hidden_dim > e->max_in ? cfg->hidden_dim : e->max_in;
     e->n_slots = n_slots;
 #ifdef _OPENMP
     e->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
@@ -971,26 +1280,21 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     int L = cfg->n_layers;
     e->owned = calloc((size_t)(10 * L + 8), sizeof(float *));
     e->w.attn_norm = calloc((size_t)L, sizeof(float *)); e->w.ffn_norm = calloc((size_t)L, sizeof(float *));
-    e->w.wqkv = calloc((size_t)L, sizeof(panels)); e->w.wo = calloc((size_t)L, sizeof(panels));
-    e->w.w_gate_up = calloc((size_t)L, sizeof(panels));
-    e->w.w_down = calloc((size_t)L, sizeof(panels));
+    e->w.wqkv = calloc((size_t)L, sizeof(matrix)); e->w.wo = calloc((size_t)L, sizeof(matrix));
+    e->w.w_gate_up = calloc((size_t)L, sizeof(matrix));
+    e->w.w_down = calloc((size_t)L, sizeof(matrix));
     if (!e->owned || !e->w.attn_norm || !e->w.ffn_norm || !e->w.wqkv || !e->w.wo || !e->w.w_gate_up
         || !e->w.w_down) { rc = COLIBRI_E_NOMEM; goto fail; }
 
     long D = cfg->dim, H = cfg->hidden_dim, V = cfg->vocab_size, Q = e->q_dim, K = e->kv_dim;
 #define BIND(name, d0, d1, dst) do { rc = bind(e, ts, nt, data, data_size, name, d0, d1, dst); if (rc) goto fail; } while (0)
-    BIND("model.embed_tokens.weight", V, D, &e->w.token_embedding);
+    rc = bind_table(ts, nt, data, data_size, "model.embed_tokens.weight", V, D, &e->w.token_embedding);
+    if (rc) goto fail;
     BIND("model.norm.weight", D, 0, &e->w.final_norm);
-#define PBIND(names, d_of, count, n_in, dst) do { rc = bind_packed(e, ts, nt, data, data_size, names, d_of, count, n_in, dst); if (rc) goto fail; } while (0)
+#define PBIND(names, d_of, count, n_in, dst) do { rc = bind_matrix(e, ts, nt, data, data_size, names, d_of, count, n_in, dst); if (rc) goto fail; } while (0)
     const long vocab_rows[1] = {V}, qkv_rows[3] = {Q, K, K}, gate_up_rows[2] = {H, H}, dim_rows[1] = {D};
-    if (cfg->tie_embeddings) {
-        const float *emb[1] = {e->w.token_embedding};
-        rc = pack(e, emb, vocab_rows, 1, D, &e->w.lm_head);
-        if (rc) goto fail;
-    } else {
-        const char *head[1] = {"lm_head.weight"};
-        PBIND(head, vocab_rows, 1, D, &e->w.lm_head);
-    }
+    const char *head[1] = {cfg->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"};
+    PBIND(head, vocab_rows, 1, D, &e->w.lm_head);
     for (int l = 0; l < L; l++) {
         const char *suffix[9] = {"input_layernorm.weight", "post_attention_layernorm.weight",
                                  "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",

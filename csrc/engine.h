@@ -7,8 +7,10 @@
  *
  * Model: RMSNorm, rotary position embedding in the rotate-half (Hugging Face) convention,
  * grouped-query attention, SwiGLU MLP, tied or untied output embedding. Weights come from
- * one safetensors file: F32 tensors are used in place (mmap), F16 and BF16 are converted
- * to F32 on load. Compute is F32.
+ * one safetensors or GGUF file. F32 and F16 matrices compute in F32; BF16 matrices stay
+ * BF16 and widen to F32 in the kernel (identical results); GGUF block types (Q8_0, Q4_0,
+ * Q4_1) stay quantized and multiply integer dot products against inputs quantized per
+ * 32-value block (see engine.c: block kernels). Norms, attention and logits are F32.
  *
  * KV slots: 1..16 independent sequences, each with its token history. A prefill compares
  * the prompt with the slot's history and computes only the new suffix (prefix reuse). A
@@ -60,14 +62,18 @@ typedef struct {
     /* head_dim/2 RoPE inverse frequencies (a scaled RoPE, e.g. Llama 3's), read by
      * colibri_load only; NULL: rope_theta^(-2i/head_dim). */
     const float *rope_inv_freq;
+    /* 0: GGUF block types (Q8_0, Q4_0, Q4_1) stay quantized in memory and BF16 stays BF16;
+     * 1: every tensor is expanded to F32 at load (the exact reference the quantized kernels
+     * are measured against, at 2-8x the memory). */
+    int dequantize;
 } colibri_config;
 
 typedef struct colibri_engine colibri_engine;
 
 /* Load weights and allocate n_slots KV slots (1..COLIBRI_MAX_SLOTS), computing with n_threads
  * threads (0 = the OpenMP default). The file is safetensors (F32, F16, BF16) or a llama GGUF
- * (version 2 or 3; F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors, block types expanded to F32 on
- * load); the config must match its tensors. On failure *out is NULL. */
+ * (version 2 or 3; F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors, kept as cfg->dequantize says);
+ * the config must match its tensors. On failure *out is NULL. */
 int colibri_load(const char *weights_path, const colibri_config *cfg, int n_slots, int n_threads,
                  colibri_engine **out);
 void colibri_free(colibri_engine *e);

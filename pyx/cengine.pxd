@@ -32,6 +32,7 @@ cdef extern from "engine.h" nogil:
         float norm_eps
         int head_dim
         const float *rope_inv_freq
+        int dequantize
 
     ctypedef struct colibri_engine:
         pass

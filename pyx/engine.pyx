@@ -45,7 +45,7 @@ cdef class Engine:
 
     def __cinit__(self, str path, *, int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads,
                   int vocab_size, int n_ctx, bint tie_embeddings, float rope_theta, float norm_eps,
-                  int n_slots=1, int n_threads=0, int head_dim=0, rope_inv_freq=None):
+                  int n_slots=1, int n_threads=0, int head_dim=0, rope_inv_freq=None, bint dequantize=False):
         cdef colibri_config cfg
         cdef cnp.ndarray[float, ndim=1, mode="c"] inv_freq
         cfg.dim = dim
@@ -60,6 +60,7 @@ cdef class Engine:
         cfg.norm_eps = norm_eps
         cfg.head_dim = head_dim
         cfg.rope_inv_freq = NULL
+        cfg.dequantize = dequantize
         if rope_inv_freq is not None:
             inv_freq = np.ascontiguousarray(rope_inv_freq, dtype=np.float32)
             if inv_freq.shape[0] != (head_dim or (dim // n_heads if n_heads else 0)) // 2:

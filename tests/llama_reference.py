@@ -30,6 +30,15 @@ def _inverse_frequencies(rope: dict, theta: float, hs: int) -> np.ndarray:
     return freq
 
 
+def _round_blocks(a: np.ndarray) -> np.ndarray:
+    """Each row's 32-value blocks rounded to multiples of amax/127 (round half to even)."""
+    b = a.reshape(*a.shape[:-1], -1, 32).astype(np.float32)
+    amax = np.abs(b).max(-1, keepdims=True)
+    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), np.float32(0))
+    q = np.rint(b * inv)
+    return (q * (amax / np.float32(127))).reshape(a.shape).astype(np.float64)
+
+
 class ReferenceLlama:
     def __init__(self, path: Path):
         cfg = json.loads((path / "config.json").read_text())
@@ -56,18 +65,22 @@ class ReferenceLlama:
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-    def logits(self, tokens: list[int]) -> np.ndarray:
-        """Logits (T, vocab) for every position of `tokens`."""
+    def logits(self, tokens: list[int], *, quantized_inputs: bool = False) -> np.ndarray:
+        """Logits (T, vocab) for every position of `tokens`. With quantized_inputs, every
+        matmul's input is first rounded the way the engine's block kernels round it (per
+        32-value block to int8 steps of amax/127): the arithmetic of a Q8_0/Q4_0/Q4_1 model
+        with its activation rounding, and nothing else, in float64."""
         T = len(tokens)
+        rq = _round_blocks if quantized_inputs else (lambda a: a)
         pos = np.arange(T, dtype=np.float64)
         x = self.w["model.embed_tokens.weight"][tokens]
         mask = np.triu(np.full((T, T), -np.inf), 1)
         for i in range(self.n_layers):
             p = f"model.layers.{i}."
             h = self._norm(x, self.w[p + "input_layernorm.weight"])
-            q = (h @ self.w[p + "self_attn.q_proj.weight"].T).reshape(T, self.n_heads, self.hs)
-            k = (h @ self.w[p + "self_attn.k_proj.weight"].T).reshape(T, self.n_kv, self.hs)
-            v = (h @ self.w[p + "self_attn.v_proj.weight"].T).reshape(T, self.n_kv, self.hs)
+            q = (rq(h) @ self.w[p + "self_attn.q_proj.weight"].T).reshape(T, self.n_heads, self.hs)
+            k = (rq(h) @ self.w[p + "self_attn.k_proj.weight"].T).reshape(T, self.n_kv, self.hs)
+            v = (rq(h) @ self.w[p + "self_attn.v_proj.weight"].T).reshape(T, self.n_kv, self.hs)
             q, k = self._rope(q, pos), self._rope(k, pos)
             rep = self.n_heads // self.n_kv
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
@@ -75,12 +88,12 @@ class ReferenceLlama:
             att = np.exp(att - att.max(-1, keepdims=True))
             att /= att.sum(-1, keepdims=True)
             out = np.einsum("hts,shd->thd", att, v).reshape(T, -1)
-            x = x + out @ self.w[p + "self_attn.o_proj.weight"].T
+            x = x + rq(out) @ self.w[p + "self_attn.o_proj.weight"].T
             h = self._norm(x, self.w[p + "post_attention_layernorm.weight"])
-            g = h @ self.w[p + "mlp.gate_proj.weight"].T
-            u = h @ self.w[p + "mlp.up_proj.weight"].T
-            x = x + (g / (1 + np.exp(-g)) * u) @ self.w[p + "mlp.down_proj.weight"].T
-        return self._norm(x, self.w["model.norm.weight"]) @ self.lm_head.T
+            g = rq(h) @ self.w[p + "mlp.gate_proj.weight"].T
+            u = rq(h) @ self.w[p + "mlp.up_proj.weight"].T
+            x = x + rq(g / (1 + np.exp(-g)) * u) @ self.w[p + "mlp.down_proj.weight"].T
+        return rq(self._norm(x, self.w["model.norm.weight"])) @ self.lm_head.T
 
 
 def write_random_model(path: Path, *, seed: int = 0, dim: int = 64, hidden: int = 160, layers: int = 2,

@@ -1,4 +1,4 @@
-"""Build llama.cpp's `llama-server` and `llama-bench` from the sources vendored in the llama-cpp-python sdist.
+"""Build llama.cpp's `llama-server`, `llama-bench`, `llama-batched-bench` and `llama-quantize` from the sources vendored in the llama-cpp-python sdist.
 
 PyPI is the only reachable source of llama.cpp, and taking it from the same sdist that the
 llama-cpp-python peer compiles keeps the two peers on one llama.cpp revision.
@@ -17,6 +17,10 @@ SRC = CACHE / "src"
 BUILD = CACHE / "llama.cpp" / "build"
 LLAMA_SERVER = BUILD / "bin" / "llama-server"
 LLAMA_BENCH = BUILD / "bin" / "llama-bench"
+LLAMA_BATCHED_BENCH = BUILD / "bin" / "llama-batched-bench"
+LLAMA_QUANTIZE = BUILD / "bin" / "llama-quantize"  # makes the Q8_0/Q4_0/BF16/F32 files the engine benchmark compares
+TARGETS = {"llama-server": LLAMA_SERVER, "llama-bench": LLAMA_BENCH, "llama-batched-bench": LLAMA_BATCHED_BENCH,
+           "llama-quantize": LLAMA_QUANTIZE}
 
 FLAGS_STAMP = BUILD / "colibri-peers-flags.txt"  # the flags the binaries were built with
 
@@ -46,14 +50,22 @@ def _flags() -> str:
     return " ".join([*CMAKE_FLAGS, *(f"{k}={v}" for k, v in COMPILER_ENV.items())])
 
 
+def _configured() -> bool:
+    """The build tree was configured with today's flags (else a flag fix would never take effect)."""
+    return FLAGS_STAMP.exists() and FLAGS_STAMP.read_text() == _flags()
+
+
 def llama_server_built() -> bool:
-    """Both binaries exist and were built with today's flags (else a flag fix would never take effect)."""
-    return (LLAMA_SERVER.exists() and LLAMA_BENCH.exists() and FLAGS_STAMP.exists()
-            and FLAGS_STAMP.read_text() == _flags())
+    return _configured() and all(path.exists() for path in TARGETS.values())
 
 
 def ensure_llama_server() -> Path:
     if llama_server_built():
+        return LLAMA_SERVER
+    if _configured():  # a binary added since the tree was built: an incremental build of what is missing
+        missing = [name for name, path in TARGETS.items() if not path.exists()]
+        with step(f"{', '.join(missing)} (incremental, -j2) into {BUILD}"):
+            sh(["cmake", "--build", BUILD, "--target", *missing, "-j2"], "llama-server-install", env=COMPILER_ENV)
         return LLAMA_SERVER
     sdist = ensure_sdist()
     tree = SRC / sdist.name.removesuffix(".tar.gz")
@@ -66,8 +78,7 @@ def ensure_llama_server() -> Path:
         shutil.rmtree(BUILD, ignore_errors=True)  # CFLAGS are read only when the cache is first made
         sh(["cmake", "-S", tree / "vendor" / "llama.cpp", "-B", BUILD, *generator, *CMAKE_FLAGS],
            "llama-server-install", env=COMPILER_ENV)
-        sh(["cmake", "--build", BUILD, "--target", "llama-server", "llama-bench", "-j2"], "llama-server-install",
-           env=COMPILER_ENV)
+        sh(["cmake", "--build", BUILD, "--target", *TARGETS, "-j2"], "llama-server-install", env=COMPILER_ENV)
         FLAGS_STAMP.write_text(_flags())
     return LLAMA_SERVER
 
