@@ -9,6 +9,7 @@ differently from the model's training.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ class GgufModel:
     tokenizer: Tokenizer
     template: str | None
     eos_ids: frozenset[int]
+    tensor_types: dict[str, int]  # tensors per ggml type name, e.g. {"Q4_1": 210, "F32": 61, "Q8_0": 1}
 
 
 def _fields(path: Path) -> tuple[dict[str, Any], set[str], Any]:
@@ -122,4 +124,6 @@ def read_gguf(path: Path) -> GgufModel:
         cfg["rope_inv_freq"] = [theta ** (-2.0 * i / head_dim) / float(f) for i, f in enumerate(factors)]
     eos = {int(meta[k]) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in meta}
     template = meta.get("tokenizer.chat_template")
-    return GgufModel(cfg, tokenizer, template if isinstance(template, str) else None, frozenset(eos))
+    types = Counter(t.tensor_type.name for t in reader.tensors)
+    return GgufModel(cfg, tokenizer, template if isinstance(template, str) else None, frozenset(eos),
+                     dict(types.most_common()))

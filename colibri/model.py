@@ -231,6 +231,20 @@ class Model:
             raise WeightsIOError(f"{self.path} carries no chat template{f' (nor {name})' if name else ''}")
         return own
 
+    def weights_note(self, dequantize: bool = False) -> str:
+        """How the weights are held, for the start-up line: the file's tensor types and what the
+        engine does with them."""
+        if not self.gguf:
+            return f"safetensors {self.weights.name}"
+        types = ", ".join(f"{n} {t}" for t, n in self.gguf.tensor_types.items())
+        kept = {"Q8_0", "Q4_0", "Q4_1", "BF16"} & set(self.gguf.tensor_types)
+        if not kept:
+            return f"GGUF tensors {types}"
+        how = "expanded to F32 (--dequantize)" if dequantize else (
+            f"{'/'.join(sorted(kept))} kept as stored (block types: integer kernels on inputs rounded per "
+            "32-value block; --dequantize for exact F32)")
+        return f"GGUF tensors {types}; {how}"
+
     def engine(self, n_slots: int = 1, n_threads: int = 0, dequantize: bool = False) -> Any:
         return open_engine(self.weights, self.config, n_slots, n_threads, dequantize)
 

@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-continue-assistant", action="store_true",
                    default=os.environ.get("COLI_CONTINUE_ASSISTANT") == "0",
                    help="close a trailing assistant turn instead of continuing it [COLI_CONTINUE_ASSISTANT=0]")
+    p.add_argument("--dequantize", action="store_true", default=os.environ.get("COLI_DEQUANTIZE") == "1",
+                   help="expand a GGUF's quantized (Q8_0, Q4_0, Q4_1) and BF16 weights to F32 at load: exact "
+                        "arithmetic on the dequantized weights instead of the block kernels' rounded inputs, at "
+                        "2-8x the memory and a slower decode [COLI_DEQUANTIZE=1]")
     p.add_argument("--allow-insecure-bind", action="store_true", default=os.environ.get("COLI_ALLOW_INSECURE_BIND") == "1",
                    help="bind a non-loopback address without an API key [COLI_ALLOW_INSECURE_BIND=1]")
     return p
@@ -71,7 +75,7 @@ def settings_from(args: argparse.Namespace) -> Any:
                     cors_origins=origins or list(DEFAULT_CORS), continue_assistant=not args.no_continue_assistant,
                     host=args.host, port=int(args.port), n_threads=int(args.engine_threads),
                     keepalive_seconds=float(args.keepalive), step_delay=float(args.debug_step_delay),
-                    kv_dir=args.kv_dir or None)
+                    kv_dir=args.kv_dir or None, dequantize=bool(args.dequantize))
 
 
 SPARE_THREADS = 4  # for /health, /metrics, static files and refusals while every slot and queue place is taken
@@ -194,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             for slot, what in sorted(svc.kv_report.items()):
                 print(f"colibri: KV slot {slot}: {what}", flush=True)
             print(f"colibri: family {settings.family} ({family_note})", flush=True)
+            print(f"colibri: weights: {model.weights_note(settings.dequantize)}", flush=True)
             print(f"colibri: serving {settings.model_id} (family {settings.family}, {model.config.n_ctx}-token context, "
                   f"{settings.kv_slots} KV slots, model {model.path}) on http://{args.host}:{args.port}/v1",
                   flush=True)

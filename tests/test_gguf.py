@@ -317,3 +317,15 @@ def test_a_gguf_served_config_matches_a_directory_config(tmp_path):
     assert got.norm_eps == pytest.approx(from_dir.norm_eps)  # GGUF stores it as a 32-bit float
     assert dataclasses.replace(got, norm_eps=from_dir.norm_eps) == from_dir
     assert open_engine(path, from_dir, 1, 1).vocab_size == len(TOKENS)
+
+
+def test_serve_dequantize_flag_reaches_the_engine_and_the_startup_line(tmp_path):
+    from colibri.serve import build_parser, settings_from
+
+    assert settings_from(build_parser().parse_args(["--dequantize"])).dequantize is True
+    assert settings_from(build_parser().parse_args([])).dequantize is False
+    path, _ = write_gguf(tmp_path, Q.Q4_1)
+    model = Model(path)
+    assert model.gguf.tensor_types["Q4_1"] == 2 * 7 + 1 and "F32" in model.gguf.tensor_types
+    assert "Q4_1 kept as stored" in model.weights_note()
+    assert "expanded to F32 (--dequantize)" in model.weights_note(dequantize=True)

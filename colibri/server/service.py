@@ -35,6 +35,7 @@ class Settings:
     n_threads: int = 0
     step_delay: float = 0.0  # test hook: slows each engine step
     kv_dir: str | None = None  # persist KV slot state here (off when None)
+    dequantize: bool = False  # expand quantized/BF16 weights to F32 at load (see `colibri serve --dequantize`)
 
     def validator_settings(self) -> dict[str, Any]:
         return {"model_id": self.model_id, "kv_slots": self.kv_slots, "continue_assistant": self.continue_assistant}
@@ -56,7 +57,8 @@ class Service:
         self.kv_report: dict[int, str] = {}
         self.kv_store: Any = None
         if scheduler is None:
-            engine = self.model.engine(n_slots=settings.kv_slots, n_threads=settings.n_threads)
+            engine = self.model.engine(n_slots=settings.kv_slots, n_threads=settings.n_threads,
+                                       dequantize=settings.dequantize)
             store = None
             if settings.kv_dir:
                 from .kv_store import KvStore, fingerprint
