@@ -38,10 +38,13 @@ def render(
     enable_thinking: bool = False,
     tool_choice: Any = None,
     preserve_thinking: bool = False,
+    template_tokens: dict[str, str] | None = None,
 ) -> str:
-    """Render `messages` (OpenAI shape, tool-call arguments already parsed to objects)."""
+    """Render `messages` (OpenAI shape, tool-call arguments already parsed to objects);
+    template_tokens supplies bos_token / eos_token to templates that write them."""
     return str(
         compile_template(source).render(
+            **(template_tokens or {}),
             messages=messages,
             tools=tools or None,
             add_generation_prompt=add_generation_prompt,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from .engine_errors import ConfigMismatchError, WeightsFormatError
 
@@ -25,7 +25,7 @@ GPT2_SPLIT = {"default", "gpt2", "gpt-2", "smollm"}
 LLAMA3_SPLIT = {"llama3", "llama-v3", "llama-bpe"}
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types
+NORMAL, CONTROL, USER_DEFINED = 1, 3, 4  # llama.cpp's token types
 
 
 @dataclass
@@ -35,6 +35,7 @@ class GgufModel:
     template: str | None
     eos_ids: frozenset[int]
     tensor_types: dict[str, int]  # tensors per ggml type name, e.g. {"Q4_1": 210, "F32": 61, "Q8_0": 1}
+    bos_id: int | None = None
 
 
 def _fields(path: Path) -> tuple[dict[str, Any], set[str], Any]:
@@ -55,11 +56,52 @@ def _fields(path: Path) -> tuple[dict[str, Any], set[str], Any]:
     return meta, {t.name for t in reader.tensors}, reader
 
 
+def _sentencepiece_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
+    """A SentencePiece BPE vocabulary's merges, which GGUF does not store: every way to split a
+    normal piece into two pieces of the vocabulary, most valuable merged piece first. That
+    is the order llama.cpp merges in (the adjacent pair whose union scores highest) and the
+    one Hugging Face's own SentencePiece conversion writes; equal scores keep vocabulary order."""
+    rank = {t: i for i, t in enumerate(tokens)}
+    merges = []
+    for i, piece in enumerate(tokens):
+        if types and types[i] != NORMAL:
+            continue
+        local = [(piece[:k], piece[k:]) for k in range(1, len(piece)) if piece[:k] in rank and piece[k:] in rank]
+        merges += [(scores[i], i, rank[a], rank[b], a, b) for a, b in local]
+    merges.sort(key=lambda m: (-m[0], m[1], m[2], m[3]))
+    return [(a, b) for *_, a, b in merges]
+
+
+def _sentencepiece_tokenizer(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
+    """tokenizer.ggml.model "llama": SentencePiece BPE (Llama 1/2, Mistral, TinyLlama): `▁` for
+    a space, a space prefixed to the text, bytes outside the vocabulary as <0xNN> pieces."""
+    scores = [float(s) for s in meta.get("tokenizer.ggml.scores", [])]
+    if len(scores) != len(tokens):
+        raise WeightsFormatError("GGUF SentencePiece vocabulary without one score per token")
+    types = list(meta.get("tokenizer.ggml.token_type", []))
+    unk_id = int(meta.get("tokenizer.ggml.unknown_token_id", 0))
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, _sentencepiece_merges(tokens, scores, types),
+                               unk_token=tokens[unk_id], fuse_unk=True, byte_fallback=True))
+    steps = [normalizers.Replace(" ", "▁")]
+    if meta.get("tokenizer.ggml.add_space_prefix", True):
+        steps.insert(0, normalizers.Prepend("▁"))
+    tok.normalizer = normalizers.Sequence(steps)
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+                                    + ([decoders.Strip(" ", 1, 0)] if meta.get("tokenizer.ggml.add_space_prefix", True)
+                                       else []))
+    return tok
+
+
 def _tokenizer(meta: dict[str, Any]) -> Tokenizer:
     kind = meta.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise ConfigMismatchError(f"GGUF tokenizer model {kind!r} is not supported yet (gpt2-style BPE only)")
+    if kind not in ("gpt2", "llama"):
+        raise ConfigMismatchError(f"GGUF tokenizer model {kind!r} is not supported yet "
+                                  "(gpt2-style BPE and llama-style SentencePiece only)")
     tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
+    if kind == "llama":
+        tok = _sentencepiece_tokenizer(meta, tokens)
+        _add_control_tokens(tok, meta, tokens)
+        return tok
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     pre = meta.get("tokenizer.ggml.pre", "default")
     # Llama 3 takes a split-off word that is itself in the vocabulary as one token, whether or
@@ -76,12 +118,18 @@ def _tokenizer(meta: dict[str, Any]) -> Tokenizer:
         raise ConfigMismatchError(f"GGUF pre-tokenizer {pre!r} is not supported yet "
                                   f"(known: {', '.join(sorted(GPT2_SPLIT | LLAMA3_SPLIT))})")
     tok.decoder = decoders.ByteLevel()
+    _add_control_tokens(tok, meta, tokens)
+    return tok
+
+
+def _add_control_tokens(tok: Tokenizer, meta: dict[str, Any], tokens: list[str]) -> None:
+    """Control tokens become special tokens and user-defined ones added tokens: both are matched
+    whole in text instead of being built by merges."""
     types = list(meta.get("tokenizer.ggml.token_type", []))
     added = [AddedToken(tokens[i], special=t == CONTROL, normalized=False)
              for i, t in enumerate(types) if t in (CONTROL, USER_DEFINED)]
     tok.add_special_tokens([a for a in added if a.special])
     tok.add_tokens([a for a in added if not a.special])
-    return tok
 
 
 def read_gguf(path: Path) -> GgufModel:
@@ -125,5 +173,6 @@ def read_gguf(path: Path) -> GgufModel:
     eos = {int(meta[k]) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in meta}
     template = meta.get("tokenizer.chat_template")
     types = Counter(t.tensor_type.name for t in reader.tensors)
+    bos = meta.get("tokenizer.ggml.bos_token_id")
     return GgufModel(cfg, tokenizer, template if isinstance(template, str) else None, frozenset(eos),
-                     dict(types.most_common()))
+                     dict(types.most_common()), int(bos) if bos is not None else None)

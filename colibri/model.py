@@ -300,6 +300,26 @@ class Model:
                     ids.add(v)
         return frozenset(ids)
 
+    @cached_property
+    def template_tokens(self) -> dict[str, str]:
+        """bos_token / eos_token as chat templates use them (Llama 2 and Mistral templates open
+        with `{{ bos_token }}`): from a GGUF's token ids, or tokenizer_config.json."""
+        out: dict[str, str] = {}
+        if self.gguf:
+            ids = {"bos_token": self.gguf.bos_id, "eos_token": min(self.gguf.eos_ids, default=None)}
+            for key, i in ids.items():
+                if i is not None and (text := self.tokenizer.id_to_token(i)) is not None:
+                    out[key] = text
+            return out
+        tc = self.path / "tokenizer_config.json"
+        doc = json.loads(tc.read_text()) if tc.is_file() else {}
+        for key in ("bos_token", "eos_token"):
+            v = doc.get(key)
+            v = v.get("content") if isinstance(v, dict) else v
+            if isinstance(v, str):
+                out[key] = v
+        return out
+
     def _added(self) -> list[Any]:
         return [type("Added", (), {"id": i, "special": tok.special, "content": tok.content})
                 for i, tok in self.tokenizer.get_added_tokens_decoder().items()]

@@ -71,10 +71,20 @@ def _deinterleave(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, rows // heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
+# A SentencePiece ("llama") vocabulary: unknown, BOS, EOS, the 256 byte pieces, then pieces
+# scored in vocabulary order, as Llama 2's are.
+SPM_PIECES = ["▁", "h", "e", "l", "o", "w", "r", "d", "▁h", "ll", "▁he", "llo", "▁hello", "▁w", "or", "▁wor", "ld",
+              "▁world"]
+SPM_TOKENS = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + SPM_PIECES
+SPM_TYPES = [2, 3, 3] + [6] * 256 + [1] * len(SPM_PIECES)
+SPM_SCORES = [0.0] * 259 + [-float(i) for i in range(len(SPM_PIECES))]
+
+
 def write_gguf(tmp: Path, qtype: Q, *, tied: bool = True, template: str | None = "{{ messages }}",
-               pre: str = "smollm") -> tuple[Path, Path]:
+               pre: str = "smollm", sentencepiece: bool = False) -> tuple[Path, Path]:
     """A random model as GGUF, and the same weights after quantization as an F32 directory."""
-    src = write_random_model(tmp / "src", seed=4, dim=DIM, heads=HEADS, kv_heads=KV_HEADS, vocab=len(TOKENS),
+    tokens = SPM_TOKENS if sentencepiece else TOKENS
+    src = write_random_model(tmp / "src", seed=4, dim=DIM, heads=HEADS, kv_heads=KV_HEADS, vocab=len(tokens),
                              tied=tied, rope={"rope_theta": 50000.0})
     tensors = load_file(str(src / "model.safetensors"))
     path = tmp / "model.gguf"
@@ -87,13 +97,22 @@ def write_gguf(tmp: Path, qtype: Q, *, tied: bool = True, template: str | None =
     w.add_head_count_kv(KV_HEADS)
     w.add_rope_freq_base(50000.0)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(len(TOKENS))
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(pre)
-    w.add_token_list(TOKENS)
-    w.add_token_merges(MERGES)
-    w.add_token_types(TYPES)
-    w.add_eos_token_id(len(TOKENS) - 1)
+    w.add_vocab_size(len(tokens))
+    if sentencepiece:
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(SPM_TOKENS)
+        w.add_token_scores(SPM_SCORES)
+        w.add_token_types(SPM_TYPES)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+    else:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(pre)
+        w.add_token_list(TOKENS)
+        w.add_token_merges(MERGES)
+        w.add_token_types(TYPES)
+        w.add_eos_token_id(len(TOKENS) - 1)
     if template is not None:
         w.add_chat_template(template)
     back: dict[str, np.ndarray] = {}
@@ -238,6 +257,28 @@ def test_tokenizer_template_name_and_end_tokens_come_from_the_metadata(tmp_path)
     assert model.own_template() == model.template("chat_template.glm.jinja")
     assert "<|im_start|>" in model.own_template()
     assert model.name == "model" and model.eos_ids == {len(TOKENS) - 1}
+
+
+def test_sentencepiece_vocabularies_merge_by_score_and_fall_back_to_bytes(tmp_path):
+    """tokenizer.ggml.model "llama" (Llama 2, Mistral, TinyLlama): merges rebuilt from the scores,
+    a space prefix, `▁` for spaces, <0xNN> pieces for bytes outside the vocabulary; token bytes
+    and decoding undo all three; templates get bos_token / eos_token. (The same builder tokenizes
+    llama.cpp's own llama-spm test texts 47/47 identically: bench/peers/gguf_vocabularies.py.)"""
+    path, _ = write_gguf(tmp_path, Q.F32, sentencepiece=True,
+                         template="{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}")
+    model = Model(path)
+    ids = model.encode("hello world")
+    assert [SPM_TOKENS[i] for i in ids] == ["▁hello", "▁world"]
+    assert [SPM_TOKENS[i] for i in model.encode("hé")] == ["▁h", "<0xC3>", "<0xA9>"]
+    assert model.tokenizer.decode(model.encode("hello wé")) == "hello wé"
+    assert model.sentencepiece
+    assert b"".join(model.token_bytes[i] for i in model.encode("hello wé")) == " hello wé".encode()
+    assert model.template_tokens == {"bos_token": "<s>", "eos_token": "</s>"}
+    from colibri.chat_template import render
+
+    text = render(model.template(), [{"role": "user", "content": "hello"}], template_tokens=model.template_tokens)
+    assert text == "<s>hello" and model.encode(text)[0] == 1
+    assert model.eos_ids == {2}
 
 
 def test_llama3_vocabularies_take_a_whole_word_from_the_vocabulary(tmp_path):

@@ -78,7 +78,8 @@ def from_openai_chat(body: dict[str, Any]) -> ChatInput:
     return ChatInput(msgs, tools, choice, thinking_requested(body), bool(body.get("preserve_thinking")))
 
 
-def render_chat(family: dict[str, Any], template: str, chat: ChatInput, *, continue_assistant: bool) -> Rendered:
+def render_chat(family: dict[str, Any], template: str, chat: ChatInput, *, continue_assistant: bool,
+                template_tokens: dict[str, str] | None = None) -> Rendered:
     """Apply the family's tool strategy, then render; a trailing assistant turn is continued
     when the switch is on and the family can (the validators refused the other cases)."""
     tools = list(chat.tools)
@@ -100,13 +101,13 @@ def render_chat(family: dict[str, Any], template: str, chat: ChatInput, *, conti
     wrapped = [{"type": "function", "function": t} for t in tools] or None
     if cont:
         head = render(template, msgs[:-1], tools=wrapped, tool_choice=template_choice, add_generation_prompt=True,
-                      enable_thinking=False, preserve_thinking=chat.preserve_thinking)
+                      enable_thinking=False, preserve_thinking=chat.preserve_thinking, template_tokens=template_tokens)
         text = head + msgs[-1]["content"]
         thinking = False
     else:
         thinking = chat.thinking and family.get("reasoning") != "none"
         text = render(template, msgs, tools=wrapped, tool_choice=template_choice, add_generation_prompt=True,
-                      enable_thinking=thinking, preserve_thinking=chat.preserve_thinking)
+                      enable_thinking=thinking, preserve_thinking=chat.preserve_thinking, template_tokens=template_tokens)
     return Rendered(text, cont, tools, thinking, choice)
 
 

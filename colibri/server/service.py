@@ -89,7 +89,8 @@ class Service:
         """The prompt text and its token ids; special-token text from the request stays text."""
         literal = LiteralSpecials(self.model.special_texts)
         shielded = render_chat(self.family, self.template, literal.shield(chat),
-                               continue_assistant=self.settings.continue_assistant)
+                               continue_assistant=self.settings.continue_assistant,
+                               template_tokens=self.model.template_tokens)
         ids = self.model.encode_pieces(literal.pieces(shielded.text))
         rendered = replace(shielded, text=literal.restore(shielded.text),
                            tools_offered=literal.restore(shielded.tools_offered),
