@@ -82,10 +82,8 @@ def _sentencepiece_tokenizer(meta: dict[str, Any], tokens: list[str]) -> Tokeniz
     unk_id = int(meta.get("tokenizer.ggml.unknown_token_id", 0))
     tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, _sentencepiece_merges(tokens, scores, types),
                                unk_token=tokens[unk_id], fuse_unk=True, byte_fallback=True))
-    steps = [normalizers.Replace(" ", "▁")]
-    if meta.get("tokenizer.ggml.add_space_prefix", True):
-        steps.insert(0, normalizers.Prepend("▁"))
-    tok.normalizer = normalizers.Sequence(steps)
+    prefix = [normalizers.Prepend("▁")] if meta.get("tokenizer.ggml.add_space_prefix", True) else []
+    tok.normalizer = normalizers.Sequence([*prefix, normalizers.Replace(" ", "▁")])
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
                                     + ([decoders.Strip(" ", 1, 0)] if meta.get("tokenizer.ggml.add_space_prefix", True)
                                        else []))

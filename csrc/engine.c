@@ -485,7 +485,8 @@ typedef struct {
     float *gu;       /* (cap, 2*hidden_dim): each row's gate then up projection */
     float *att;      /* (cap, n_heads, n_ctx) attention scores */
     int8_t *aq;      /* (cap, max_in): a block kernel's input rows quantized (see quantize_rows) */
-    float *ad, *as;  /* (cap, max_in/32): each input block's scale and scale * sum of its quants */
+    float *ad;       /* (cap rounded up to 4, max_in/32): each input block's scale, rows in fours: (r/4, block, r%4) */
+    float *as;       /* (cap, max_in/32): each input block's scale * the sum of its quants */
 } scratch;
 
 struct colibri_engine {
@@ -527,7 +528,7 @@ static int ensure_scratch(colibri_engine *e, int rows) {
     s->gu = xcalloc(r * 2 * c->hidden_dim, sizeof(float));
     s->att = xcalloc(r * c->n_heads * c->n_ctx, sizeof(float));
     s->aq = xcalloc(r * e->max_in, 1);
-    s->ad = xcalloc(r * e->max_in / 32 + 1, sizeof(float));
+    s->ad = xcalloc((r + 3) / 4 * 4 * e->max_in / 32, sizeof(float));
     s->as = xcalloc(r * e->max_in / 32 + 1, sizeof(float));
     if (!s->x || !s->xb || !s->qkv || !s->att_out || !s->hb || !s->gu || !s->att || !s->aq || !s->ad || !s->as) {
         free_scratch(s);
@@ -675,129 +676,151 @@ static void panel_matmul(float *out, const float *x, const matrix *w, int rows, 
  * A weight block against an input block is then one integer dot product:
  *     Σ_j (scale_w q_j + min_w) (scale_a a_j) = scale_w scale_a Σ_j q_j a_j + min_w (scale_a Σ_j a_j)
  * The error against the dequantized F32 weights is the input rounding alone (at most half a
- * step of amax/127 per value), stated per format in tests/test_gguf.py. */
+ * step of amax/127 per value), stated per format in tests/test_gguf.py. Input block scales
+ * are stored four rows interleaved, so one vector multiply gives a weight block's scale
+ * products for four rows. */
 static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, float *s) {
-    const size_t blocks = (size_t)rows * (size_t)(n / 32);
-    for (size_t b = 0; b < blocks; b++) {
-        const float *xb = x + b * 32;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int sum = 0;
-        for (int j = 0; j < 32; j++) {
-            int v = (int)nearbyintf(xb[j] * inv);
-            q[b * 32 + j] = (int8_t)v;
-            sum += v;
+    const int nb = n / 32;
+    for (int r = 0; r < rows; r++)
+        for (int b = 0; b < nb; b++) {
+            const size_t blk = (size_t)r * nb + b;
+            const float *xb = x + blk * 32;
+            float amax = 0.0f;
+            for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, scale = amax / 127.0f;
+            int sum = 0;
+            for (int j = 0; j < 32; j++) {
+                int v = (int)nearbyintf(xb[j] * inv);
+                q[blk * 32 + j] = (int8_t)v;
+                sum += v;
+            }
+            d[((size_t)(r / 4) * nb + b) * 4 + r % 4] = scale;
+            s[blk] = scale * (float)sum;
         }
-        d[b] = amax / 127.0f;
-        s[b] = d[b] * (float)sum;
-    }
 }
 
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+/* With AVX-512 VNNI a 512-bit register takes two blocks at once (lanes 0-7 block b, 8-15
+ * block b + 1); elsewhere the portable loops below compute the same sums. */
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
 #include <immintrin.h>
-#define DPBUSD(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-#elif defined(__AVXVNNI__)
-#include <immintrin.h>
-#define DPBUSD(u, s) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
-#endif
-
-#ifdef DPBUSD
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#define QSIMD 1
 #endif
 
 /* Σ_b min_b * sum_b over a row's blocks: the weights' min term (see above). */
 static inline float min_term(const float *wm, const float *as, int nb) {
     float t = 0.0f;
     int b = 0;
-#ifdef DPBUSD
+#ifdef QSIMD
     __m256 acc = _mm256_setzero_ps();
     for (; b + 8 <= nb; b += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(wm + b), _mm256_loadu_ps(as + b), acc);
-    t = hsum8(acc);
+    t = _mm512_reduce_add_ps(_mm512_zextps256_ps512(acc));
 #endif
     for (; b < nb; b++) t += wm[b] * as[b];
     return t;
 }
 
-#ifdef DPBUSD
-/* acc[r] += weight block b · input block b of row r, for RB rows (see qdot). */
-static inline __attribute__((always_inline)) void qblock(__m256 *acc, const unsigned char *wq, const float *ws, int b,
-                                                       const int8_t *aq, const float *ad, int nb, int n, int q4,
-                                                       int RB) {
-    __m256i w;
-    if (q4) {
-        const __m128i low = _mm_set1_epi8(0x0f);
-        __m128i x = _mm_loadu_si128((const __m128i *)(wq + (size_t)b * 16));
-        w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), low), _mm_and_si128(x, low));
-    } else {
-        w = _mm256_loadu_si256((const __m256i *)(wq + (size_t)b * 32));
-    }
-    for (int r = 0; r < RB; r++) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
-        __m256 p = _mm256_cvtepi32_ps(DPBUSD(w, a));
-        acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(ws[b] * ad[(size_t)r * nb + b]), acc[r]);
-    }
-}
-#endif
+/* The weights of one output row for the block kernel. */
+typedef struct {
+    const unsigned char *q;
+    const float *scale, *min;
+} qrow;
 
-/* out[r * d] = row o of W (nb blocks: quants wq, scales ws, mins wm) · input row r, for RB
- * input rows (quants aq with row stride n, block scales ad and sums as with stride nb). Each
- * weight block is unpacked once for all RB rows. Even and odd blocks go to two accumulators
- * (two dependency chains: a single one would wait on every multiply-add). Every output is the
- * same sequence of operations whatever RB is, so a batched decode gives bit-identical rows to
- * a single one. */
-static inline __attribute__((always_inline)) void qdot(float *out, int d, const unsigned char *wq,
-                                                     const float *ws, const float *wm, int nb,
-                                                     const int8_t *aq, const float *ad, const float *as,
-                                                     int n, int q4, int RB) {
-#ifdef DPBUSD
-    __m256 acc0[4], acc1[4];
-    for (int r = 0; r < RB; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b += 2) {
-        qblock(acc0, wq, ws, b, aq, ad, nb, n, q4, RB);
-        if (b + 1 < nb) qblock(acc1, wq, ws, b + 1, aq, ad, nb, n, q4, RB);
-    }
+#ifdef QSIMD
+/* Blocks b and b + 1 of a weight row as 64 unsigned bytes (b alone, upper half zero, if !two). */
+static inline __attribute__((always_inline)) __m512i qweights(const qrow *w, int b, int q4, int two) {
+    if (!q4)
+        return two ? _mm512_loadu_si512(w->q + (size_t)b * 32)
+                   : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 32)));
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    __m256i x = two ? _mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 16))
+                    : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w->q + (size_t)b * 16)));
+    __m256i lo = _mm256_and_si256(x, low), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
+    /* 128-bit lanes [lo_b, lo_b+1, hi_b, hi_b+1] -> [lo_b, hi_b, lo_b+1, hi_b+1]: values 0-31 of b, then of b + 1 */
+    __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm512_shuffle_i64x2(t, t, _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+/* acc[o][r] += blocks b (and b + 1 if two) of weight row o · input row r, for OB weight rows
+ * and RB input rows (see qtile). */
+static inline __attribute__((always_inline)) void qblocks(__m512 acc[2][4], const qrow *w, int b, int two,
+                                                        const int8_t *aq, const float *ad, int n, int q4, int OB,
+                                                        int RB) {
+    __m512i a[4];
     for (int r = 0; r < RB; r++)
-        out[(size_t)r * d] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) + min_term(wm, as + (size_t)r * nb, nb);
-#else
-    float acc[4] = {0};
-    for (int b = 0; b < nb; b++) {
-        unsigned char w[32];
-        if (q4) for (int j = 0; j < 16; j++) { w[j] = wq[(size_t)b * 16 + j] & 0x0f; w[j + 16] = wq[(size_t)b * 16 + j] >> 4; }
-        else memcpy(w, wq + (size_t)b * 32, 32);
+        a[r] = two ? _mm512_loadu_si512(aq + (size_t)r * n + (size_t)b * 32)
+                   : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32)));
+    /* lanes 0-3: block b's input scale in rows 0-3; lanes 4-7: block b + 1's (zero if !two) */
+    const __m256 adv = two ? _mm256_loadu_ps(ad + (size_t)b * 4) : _mm256_zextps128_ps256(_mm_loadu_ps(ad + (size_t)b * 4));
+    for (int o = 0; o < OB; o++) {
+        const __m512i wv = qweights(&w[o], b, q4, two);
+        const __m256 wsv = _mm256_set_m128(_mm_set1_ps(two ? w[o].scale[b + 1] : 0.0f), _mm_set1_ps(w[o].scale[b]));
+        const __m512 prod = _mm512_castps256_ps512(_mm256_mul_ps(wsv, adv));
         for (int r = 0; r < RB; r++) {
-            const int8_t *a = aq + (size_t)r * n + (size_t)b * 32;
-            int32_t dot = 0;
-            for (int j = 0; j < 32; j++) dot += (int32_t)w[j] * a[j];
-            acc[r] += (float)dot * (ws[b] * ad[(size_t)r * nb + b]);
+            const __m512i pick = _mm512_set_epi32(4 + r, 4 + r, 4 + r, 4 + r, 4 + r, 4 + r, 4 + r, 4 + r,
+                                                  r, r, r, r, r, r, r, r);
+            const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, a[r]));
+            acc[o][r] = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(pick, prod), acc[o][r]);
         }
     }
-    for (int r = 0; r < RB; r++) out[(size_t)r * d] = acc[r] + min_term(wm, as + (size_t)r * nb, nb);
+}
+#endif
+
+/* out[o + r * d] = weight row o · input row r for OB (1 or 2) weight rows and RB (1..4) input
+ * rows: quants aq (row stride n), block scales ad (four rows interleaved), sums as (row
+ * stride nb). Each weight block is unpacked once for all RB rows and each input block loaded
+ * once for both weight rows. Every output is the same sequence of operations whatever OB and
+ * RB are, so a batched decode gives bit-identical rows to a single one. */
+static inline __attribute__((always_inline)) void qtile(float *out, int d, const qrow *w, int nb, const int8_t *aq,
+                                                      const float *ad, const float *as, int n, int q4, int OB,
+                                                      int RB) {
+#ifdef QSIMD
+    __m512 acc[2][4];
+    for (int o = 0; o < OB; o++)
+        for (int r = 0; r < RB; r++) acc[o][r] = _mm512_setzero_ps();
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) qblocks(acc, w, b, 1, aq, ad, n, q4, OB, RB);
+    if (b < nb) qblocks(acc, w, b, 0, aq, ad, n, q4, OB, RB);
+    for (int o = 0; o < OB; o++)
+        for (int r = 0; r < RB; r++)
+            out[o + (size_t)r * d] = _mm512_reduce_add_ps(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
+#else
+    for (int o = 0; o < OB; o++)
+        for (int r = 0; r < RB; r++) {
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                const unsigned char *wq = w[o].q + (size_t)b * (q4 ? 16 : 32);
+                const int8_t *a = aq + (size_t)r * n + (size_t)b * 32;
+                int32_t dot = 0;
+                for (int j = 0; j < 32; j++) {
+                    int wj = q4 ? (j < 16 ? wq[j] & 0x0f : wq[j - 16] >> 4) : wq[j];
+                    dot += wj * a[j];
+                }
+                acc += (float)dot * (w[o].scale[b] * ad[(size_t)b * 4 + r]);
+            }
+            out[o + (size_t)r * d] = acc + min_term(w[o].min, as + (size_t)r * nb, nb);
+        }
 #endif
 }
 
-#define QDOT_ROWS(Q4)                                                                                       \
+#define QTILE_ROWS(Q4, OB)                                                                                  \
     switch (rb) {                                                                                           \
-    case 4: qdot(o, d, wq, ws, wm, nb, aq, ad, as, n, Q4, 4); break;                                        \
-    case 3: qdot(o, d, wq, ws, wm, nb, aq, ad, as, n, Q4, 3); break;                                        \
-    case 2: qdot(o, d, wq, ws, wm, nb, aq, ad, as, n, Q4, 2); break;                                        \
-    default: qdot(o, d, wq, ws, wm, nb, aq, ad, as, n, Q4, 1); break;                                       \
+    case 4: qtile(o, d, w2, nb, aq, ad, as, n, Q4, OB, 4); break;                                           \
+    case 3: qtile(o, d, w2, nb, aq, ad, as, n, Q4, OB, 3); break;                                           \
+    case 2: qtile(o, d, w2, nb, aq, ad, as, n, Q4, OB, 2); break;                                           \
+    default: qtile(o, d, w2, nb, aq, ad, as, n, Q4, OB, 1); break;                                          \
     }
+#define QTILE(Q4) if (ob == 2) { QTILE_ROWS(Q4, 2) } else { QTILE_ROWS(Q4, 1) }
 
 /* Output rows per work item: a group's blocks stay in cache while the input rows pass by. */
 #define QGROUP 16
 #define QPREFETCH 4  /* rows ahead */
 
 /* out (rows, d) = x (rows, n) @ W^T on blocks. The input rows are quantized once (into s),
- * then threads split the output rows in groups of QGROUP, input rows four at a time. */
+ * then threads split the output rows in groups of QGROUP; each group takes its weight rows
+ * two at a time against the input rows four at a time. */
 static void block_matmul(float *out, const float *x, const matrix *w, int rows, int threads, scratch *s) {
     const int n = w->n, d = w->d, nb = n / 32, q4 = w->kind == W_Q4, n_groups = (d + QGROUP - 1) / QGROUP;
-    const size_t qrow = (size_t)nb * (q4 ? 16 : 32);
+    const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
     quantize_rows(x, rows, n, s->aq, s->ad, s->as);
     int g;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
@@ -806,24 +829,29 @@ static void block_matmul(float *out, const float *x, const matrix *w, int rows, 
         for (int r = 0; r < rows; r += 4) {
             const int rb = rows - r < 4 ? rows - r : 4;
             const int8_t *aq = s->aq + (size_t)r * n;
-            const float *ad = s->ad + (size_t)r * nb, *as = s->as + (size_t)r * nb;
-            for (int row = g * QGROUP; row < o_end; row++) {
-                const unsigned char *wq = (const unsigned char *)w->p + (size_t)row * qrow;
-                const float *ws = w->scale + (size_t)row * nb, *wm = w->min + (size_t)row * nb;
-                if (row + QPREFETCH < d) {  /* decode streams W from memory once: ask for it early */
-                    for (size_t off = 0; off < qrow; off += 64) __builtin_prefetch(wq + QPREFETCH * qrow + off);
-                    for (size_t off = 0; off < (size_t)nb * sizeof(float); off += 64) {
-                        __builtin_prefetch((const char *)(ws + QPREFETCH * (size_t)nb) + off);
-                        __builtin_prefetch((const char *)(wm + QPREFETCH * (size_t)nb) + off);
-                    }
+            const float *ad = s->ad + (size_t)r * nb, *as = s->as + (size_t)r * nb;  /* r is a multiple of 4 */
+            for (int row = g * QGROUP; row < o_end; row += 2) {
+                const int ob = o_end - row < 2 ? o_end - row : 2;
+                qrow w2[2];
+                for (int i = 0; i < ob; i++)
+                    w2[i] = (qrow){(const unsigned char *)w->p + (size_t)(row + i) * qbytes,
+                                   w->scale + (size_t)(row + i) * nb, w->min + (size_t)(row + i) * nb};
+                if (row + QPREFETCH + ob <= d) {  /* decode streams W from memory once: ask for it early */
+                    const char *ahead[3] = {(const char *)w2[0].q + QPREFETCH * qbytes,
+                                            (const char *)(w2[0].scale + QPREFETCH * (size_t)nb),
+                                            (const char *)(w2[0].min + QPREFETCH * (size_t)nb)};
+                    const size_t len[3] = {ob * qbytes, ob * nb * sizeof(float), ob * nb * sizeof(float)};
+                    for (int k = 0; k < 3; k++)
+                        for (size_t off = 0; off < len[k]; off += 64) __builtin_prefetch(ahead[k] + off);
                 }
                 float *o = out + (size_t)r * d + row;
-                if (q4) { QDOT_ROWS(1) } else { QDOT_ROWS(0) }
+                if (q4) { QTILE(1) } else { QTILE(0) }
             }
         }
     }
 }
-#undef QDOT_ROWS
+#undef QTILE
+#undef QTILE_ROWS
 
 /* out (rows, d) = x (rows, n) @ W^T, whatever form W is kept in. */
 static void matmul(colibri_engine *e, float *out, const float *x, const matrix *w, int rows) {
