@@ -22,6 +22,7 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "completions": ("completions", {}, "POST /v1/completions answers"),
     "messages": ("messages", {}, "POST /v1/messages (Anthropic) answers"),
     "render": ("render", {}, "POST /v1/render (colibri extension) answers"),
+    "systemone": ("systemone", {}, "POST /v1/systemone (System One decisions) answers"),
     "streaming": ("chat", {"stream": True}, "chat streams as server-sent events"),
     "logprobs": ("chat", {"logprobs": True, "top_logprobs": 2}, "chat returns logprobs"),
     "tools": ("chat", {"tools": [{"type": "function", "function": {
@@ -43,7 +44,8 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
 }
 #: The endpoints whose absence makes every vector sent to them UNSUPPORTED.
 ENDPOINT_PROBES = {"models": "models", "model": "model", "chat": "chat", "completions": "completions",
-                   "messages": "messages", "render": "render", "health": "health", "metrics": "metrics"}
+                   "messages": "messages", "render": "render", "health": "health", "metrics": "metrics",
+                   "systemone": "systemone"}
 
 
 @dataclass

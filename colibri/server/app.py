@@ -15,6 +15,7 @@ from .errors import ApiError, error
 from .openai_api import ChatResource, CompletionsResource, RenderResource, dumps
 from .scheduler import ClientGone
 from .service import Service, Settings
+from .systemone import SystemOneResource
 
 log = logging.getLogger("colibri.server")
 LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
@@ -199,6 +200,7 @@ class Health:
                         "continue_assistant": self.svc.settings.continue_assistant and bool(fam["continuation"]),
                         "capabilities": {k: fam[k] for k in ("tools", "tool_format", "forced_tool_choice",
                                                              "reasoning", "continuation", "logprobs")},
+                        "systemone": self.svc.systemone_labels.report(),
                         "scheduler": self.svc.scheduler.snapshot()})
         resp.data = dumps(doc)
 
@@ -256,6 +258,7 @@ def create_app(service: Service) -> falcon.App:
     app.add_route("/v1/completions", CompletionsResource(service))
     app.add_route("/v1/messages", MessagesResource(service))
     app.add_route("/v1/render", RenderResource(service))
+    app.add_route("/v1/systemone", SystemOneResource(service))
     app.add_route("/health", Health(service))
     app.add_route("/metrics", Metrics(service))
     app.add_route("/openapi.json", OpenAPI())

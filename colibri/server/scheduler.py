@@ -76,6 +76,9 @@ class Task:
     cancelled: bool = False
     client_gone: Any = None  # callable polled while the task waits for a slot
     request_id: str = ""  # for the log: which request an engine fault belongs to
+    # a scoring task (/v1/systemone): (prompt, label ids) pairs prefilled in turn into the slot,
+    # the label logits of each last position reported in one "scored" event; nothing is sampled
+    scoring: list[tuple[list[int], list[int]]] | None = None
     # filled by the scheduler
     assigned: int = -1
     n_reused: int = 0
@@ -295,6 +298,20 @@ class Scheduler:
         task.events.put(("accepted", {"prompt_tokens": len(task.prompt), "reused": task.n_reused,
                                       "queue_wait": task.queue_wait, "echo": echo}))
 
+    def _score(self, task: Task) -> None:
+        """Prefill each scoring prompt into the task's slot (each reuses what the previous one
+        left there: the shared state) and report the label logits at each last position."""
+        task.engine_started = time.monotonic()
+        rows, reused, total = [], 0, 0
+        for prompt, label_ids in task.scoring or []:
+            n_reused, logits = self.engine.prefill(task.assigned, prompt)
+            rows.append(np.asarray(logits).reshape(-1)[label_ids])
+            reused += n_reused
+            total += len(prompt)
+        task.events.put(("scored", {"rows": rows, "reused": reused, "prompt_tokens": total,
+                                    "queue_wait": task.queue_wait}))
+        self._finish(task, "stop")
+
     def _run(self) -> None:
         """The engine thread, supervised: should its loop itself break (a bug outside any one
         task's work), every admitted and waiting request fails with 503 engine_failed, /health
@@ -330,6 +347,9 @@ class Scheduler:
                 try:
                     if task.cancelled:
                         self._release(task, "cancelled")
+                        continue
+                    if task.scoring is not None:
+                        self._score(task)
                         continue
                     self._prefill(task)
                     self.decoding.append(task)

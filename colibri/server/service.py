@@ -71,7 +71,10 @@ class Service:
                                   step_delay=settings.step_delay, on_release=store.save if store else None)
         self.scheduler = scheduler
         self.validators = {ep: RequestValidator(self.spec, ep, settings.family, settings.validator_settings())
-                           for ep in ("chat", "completions", "messages", "render")}
+                           for ep in ("chat", "completions", "messages", "render", "systemone")}
+        from .systemone import Labels
+
+        self.systemone_labels = Labels(self.model)  # decided once (rule s1.labels.single-token)
         self.started = int(time.time())
 
     def close(self) -> None:

@@ -180,6 +180,13 @@ def _length_samples(arg, chk):
         yield of(arg["max"]), True  # inclusive
 
 
+def _entries_ok(arg, v, loc, body, ctx):
+    """How many entries an object has (a map of names: /v1/systemone's questions)."""
+    if not isinstance(v, dict):
+        return True
+    return arg.get("min", 0) <= len(v) <= arg.get("max", math.inf)
+
+
 def _refuse_ok(arg, v, loc, body, ctx):
     return any(same(v, a) for a in arg.get("allow", []))
 
@@ -263,6 +270,7 @@ KINDS: dict[str, tuple[Predicate, Sampler]] = {
     "enum": (_enum_ok, _enum_samples),
     "float32": (_float32_ok, lambda a, c: [(1e-46, False), (1.2e-38, True)]),
     "length": (_length_ok, _length_samples),
+    "entries": (_entries_ok, _none),
     "refuse": (_refuse_ok, _refuse_samples),
     "requires": (_requires_ok, _none),
     "conflicts": (_conflicts_ok, _none),

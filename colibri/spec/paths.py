@@ -1,4 +1,5 @@
-"""Dotted field paths over JSON documents: `messages.*.role`, `messages.-1.content`, `$`.
+"""Dotted field paths over JSON documents: `messages.*.role`, `messages.-1.content`, `$`;
+`questions.{}.type` walks the values of an object (`*` walks arrays only).
 
 A path resolves to the locations that exist in a document; each location knows its
 concrete path (`messages.3.role`, the `param` reported in errors) and the object that holds
@@ -43,7 +44,10 @@ def resolve(doc: Any, segments: tuple[str, ...]) -> list[Location]:
             if seg == "*":
                 if isinstance(v, list):
                     nxt += [Location(loc.path + (i,), item, v) for i, item in enumerate(v)]
-            elif (i := _index(seg)) is not None:
+            elif seg == "{}":  # each value of an object (a map of names), its key in the path
+                if isinstance(v, dict):
+                    nxt += [Location(loc.path + (k,), item, v) for k, item in v.items()]
+            elif (i := _index(seg)) is not None and not isinstance(v, dict):
                 if isinstance(v, list) and -len(v) <= i < len(v):
                     j = i % len(v)
                     nxt.append(Location(loc.path + (j,), v[j], v))

@@ -1,0 +1,199 @@
+"""POST /v1/systemone: closed-set decisions scored from the model's next-token probabilities
+(spec/85-systemone.yaml).
+
+Each question becomes one prompt, the user turn of the model's own chat template (thinking
+off, generation cue on), laid out as transformers' DECISION_PROMPT lays it out so that the
+same weights give the same probabilities there and here: the state, a blank line, the
+instructions, one line per option (`A. name: description`), and a closing line naming the
+labels. The engine prefills each prompt into one slot and the logits of the label tokens at
+the last position are read; nothing is sampled. The state comes first, so every question
+after the first reuses the state's KV prefix (the engine's prefix reuse) and a 64-question
+request costs one state prefill, not 64.
+
+Labels: A, B, C, ... for choice and score options; for noul the first pair among Yes/No,
+yes/no, Y/N whose two labels are single tokens. Which types the served model can answer is
+decided once, at start-up, and reported in /health (rule s1.labels.single-token).
+"""
+from __future__ import annotations
+
+import json
+import math
+import string
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .disconnect import detector
+from .errors import error
+from .prompt import ChatInput
+from .scheduler import ClientGone, Task
+
+LETTERS = list(string.ascii_uppercase)
+NOUL_LABELS = [("Yes", "No"), ("yes", "no"), ("Y", "N")]
+NOUL_OPTIONS = ["true", "false"]
+
+
+@dataclass
+class Question:
+    name: str
+    type: str  # noul | choice | score
+    instructions: Any
+    options: list[str]  # choice keys, score levels as text ("0".."k-1"), or true/false
+    descriptions: list[Any]
+    levels: list[Any]  # score: the request's levels (the legend); else empty
+
+
+def _text(x: Any) -> str:
+    """A state, instruction or description as the prompt shows it: strings as they are,
+    anything else as JSON text (null as nothing)."""
+    if x is None:
+        return ""
+    return x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
+
+
+class Labels:
+    """Which label tokens the served model offers, decided once at start-up."""
+
+    def __init__(self, model: Any):
+        def single(label: str) -> int | None:
+            ids = model.encode(label)
+            return ids[0] if len(ids) == 1 else None
+
+        self.letters: list[int | None] = [single(c) for c in LETTERS]
+        self.noul: tuple[list[str], list[int]] | None = None
+        for pair in NOUL_LABELS:
+            ids = [single(x) for x in pair]
+            if None not in ids and len(set(ids)) == 2:
+                self.noul = (list(pair), [i for i in ids if i is not None])
+                break
+
+    def letters_for(self, k: int) -> list[int] | None:
+        ids = self.letters[:k]
+        return None if None in ids or len(set(ids)) != k else [i for i in ids if i is not None]
+
+    def report(self) -> dict[str, Any]:
+        """For /health: the labels each question type uses and whether they are single tokens."""
+        usable = 0
+        while usable < len(LETTERS) and self.letters_for(usable + 1) is not None:
+            usable += 1
+        return {"choice": {"labels": f"A..{LETTERS[usable - 1]}" if usable else None, "max_options": usable},
+                "score": {"labels": f"A..{LETTERS[usable - 1]}" if usable else None, "max_levels": usable},
+                "noul": {"labels": self.noul[0] if self.noul else None, "available": self.noul is not None}}
+
+
+def parse_questions(body: dict[str, Any]) -> list[Question]:
+    """The validated request's questions in request order."""
+    out = []
+    for name, q in body["questions"].items():
+        kind, crit = q["type"], q.get("criteria")
+        if kind == "choice":
+            out.append(Question(name, kind, q.get("instructions"), list(crit), list(crit.values()), []))
+        elif kind == "score":
+            out.append(Question(name, kind, q.get("instructions"), [str(i) for i in range(len(crit))], list(crit),
+                                list(crit)))
+        else:
+            crit = crit or {}
+            out.append(Question(name, kind, q.get("instructions"), list(NOUL_OPTIONS),
+                                [crit.get("true"), crit.get("false")], []))
+    return out
+
+
+def prompt_text(state: Any, q: Question, labels: list[str]) -> str:
+    """The user turn for one question (the DECISION_PROMPT layout, see the module docstring)."""
+    lines = [_text(q.instructions)]
+    for label, option, desc in zip(labels, q.options, q.descriptions, strict=True):
+        d = _text(desc)
+        if q.type == "noul":
+            if d:
+                lines.append(f"{label}: {d}")
+        elif q.type == "choice":
+            lines.append(f"{label}. {option}: {d}" if d else f"{label}. {option}")
+        else:
+            lines.append(f"{label}. {d}")
+    head = _text(state) + "\n\n" + "\n".join(line for line in lines if line) + "\n"
+    if q.type == "noul":
+        return head + f"Answer {labels[0]} or {labels[1]} only."
+    kind = "letter" if labels == LETTERS[:len(labels)] else "label"
+    what = "option" if q.type == "choice" else "level"
+    return head + f"Answer with the {kind} of the {what} that fits best ({labels[0]} to {labels[-1]}) only."
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    z = np.exp(x.astype(np.float64) - float(np.max(x)))
+    return z / z.sum()
+
+
+def answer(q: Question, probs: np.ndarray) -> dict[str, Any]:
+    """One answer from the label probabilities (in option order). Confidence follows the
+    reference formulas; entropy is colibri's addition (spec: s1.entropy)."""
+    p = [float(v) for v in probs]
+    k = len(p)
+    h = -sum(v * math.log(v) for v in p if v > 0)
+    extra = {"entropy": h, "entropy_normalized": h / math.log(k) if k > 1 else 0.0}
+    if q.type == "noul":
+        return {"type": "noul", "noul": p[0], **extra}
+    best = int(np.argmax(probs))  # ties: the first
+    if q.type == "choice":
+        conf = 1.0 if k == 1 else min(1.0, max(0.0, (p[best] - 1 / k) / (1 - 1 / k)))
+        return {"type": "choice", "choice": q.options[best], "probabilities": dict(zip(q.options, p, strict=True)),
+                "confidence": conf, **extra}
+    expected = sum(i * v for i, v in enumerate(p))
+    if k == 1:
+        conf = 1.0
+    else:
+        spread = sum(abs(i - (k - 1) / 2) for i in range(k)) / k
+        conf = max(0.0, 1 - sum(v * abs(i - best) for i, v in enumerate(p)) / spread)
+    return {"type": "score", "score": expected, "legend": dict(zip(q.options, q.levels, strict=True)),
+            "probabilities": dict(zip(q.options, p, strict=True)), "confidence": conf, **extra}
+
+
+class SystemOneResource:
+    def __init__(self, service: Any):
+        self.svc = service
+
+    def _labels(self, q: Question) -> tuple[list[str], list[int]]:
+        labels = self.svc.systemone_labels
+        if q.type == "noul":
+            if labels.noul is None:
+                raise error("labels_unavailable", "This model has no single-token label pair for noul questions "
+                            f"(tried {', '.join('/'.join(p) for p in NOUL_LABELS)}).", param=f"questions.{q.name}.type")
+            return labels.noul
+        ids = labels.letters_for(len(q.options))
+        if ids is None:
+            raise error("labels_unavailable", f"This model cannot label {len(q.options)} options with single "
+                        f"tokens; /health says how many it can.", param=f"questions.{q.name}.criteria")
+        return LETTERS[:len(q.options)], ids
+
+    def on_post(self, req: Any, resp: Any) -> None:
+        from .body import read_body
+
+        body = read_body(req)
+        self.svc.validate("systemone", body)
+        questions = parse_questions(body)
+        scoring: list[tuple[list[int], list[int]]] = []
+        for q in questions:
+            texts, ids = self._labels(q)
+            _, prompt = self.svc.render(ChatInput(messages=[{"role": "user",
+                                                             "content": prompt_text(body["state"], q, texts)}]))
+            self.svc.budget(prompt, 1, "state")  # a prompt with no room left is refused by name
+            scoring.append((prompt, ids))
+        task = Task(prompt=scoring[0][0], max_new=0, end_tokens=frozenset(), scoring=scoring,
+                    request_id=req.context.request_id, client_gone=detector(req.env))
+        try:
+            self.svc.scheduler.admit(task)
+        except ClientGone:
+            return
+        kind, got = task.events.get()
+        while kind not in ("scored", "error"):
+            kind, got = task.events.get()
+        if kind == "error":
+            raise got if isinstance(got, Exception) else error("engine_failed")
+        answers = {q.name: answer(q, softmax(np.asarray(rows))) for q, rows in zip(questions, got["rows"], strict=True)}
+        doc = {"id": f"s1-{uuid.uuid4().hex}", "object": "systemone", "model": self.svc.settings.model_id,
+               "answers": answers,
+               "usage": {"input_tokens": got["prompt_tokens"], "output_tokens": 0,
+                         "input_tokens_details": {"cached_tokens": got["reused"]}}}
+        resp.data = json.dumps(doc).encode()
+        resp.content_type = "application/json"
