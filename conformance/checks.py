@@ -657,7 +657,7 @@ def model_listed(ctx: CheckContext) -> None:
 S1_TOL = 1e-4
 
 
-def _s1(ctx: CheckContext, kind: str | None) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+def _s1(ctx: CheckContext, kind: str | None) -> list[tuple[str, dict[str, Any], Any]]:
     """(name, question, answer) for the request's questions of `kind` (None: all)."""
     questions = (ctx.body or {}).get("questions") or {}
     answers = ctx.exchange.json().get("answers")
@@ -685,7 +685,7 @@ def _close(check: str, what: str, want: float, got: Any) -> None:
 
 def systemone_complete(ctx: CheckContext) -> None:
     """Every question answered, nothing else, in request order, each with its question's type."""
-    names = list(((ctx.body or {}).get("questions") or {}))
+    names = list((ctx.body or {}).get("questions") or {})
     answers = ctx.exchange.json().get("answers")
     if not isinstance(answers, dict) or list(answers) != names:
         raise CheckFailure("systemone_complete", f"answers for exactly {names}, in order",
