@@ -22,7 +22,7 @@ from colibri.schemas import all_schemas, validator
 
 from .checks import answer
 from .exchange import Exchange
-from .runner import OFFICIAL_FOR_ENVELOPE
+from .runner import official_profile
 
 #: schemathesis check -> the rule whose promise it tests
 CHECK_RULES = {
@@ -293,7 +293,7 @@ def property_phase(spec: Any, target: Any, examples: int = 25, *, strict: bool =
     contracts only refusals of checks that are the official API's own are predicted."""
     findings: list[Finding] = []
     for endpoint in ("chat", "completions", "messages"):
-        official = OFFICIAL_FOR_ENVELOPE.get(spec.endpoints[endpoint].envelope)
+        official = official_profile(spec.endpoints[endpoint])
         if not strict and profiles is not None and official not in profiles:
             continue
         _fuzz_endpoint(spec, target, endpoint, examples, findings, strict)
@@ -304,7 +304,7 @@ def _fuzz_endpoint(spec: Any, target: Any, endpoint: str, examples: int, finding
                    strict: bool) -> None:
     path = spec.endpoints[endpoint].path
     model = getattr(target, "model", None) or "colibri-tiny"
-    official = OFFICIAL_FOR_ENVELOPE.get(spec.endpoints[endpoint].envelope)
+    official = official_profile(spec.endpoints[endpoint])
 
     @_settings(examples)
     @given(case=request_strategy(spec, endpoint, model))

@@ -111,6 +111,12 @@ def _harness_error(e: BaseException) -> str:
 OFFICIAL_FOR_ENVELOPE = {"openai": "openai", "anthropic": "anthropic"}
 
 
+def official_profile(endpoint: Any) -> str | None:
+    """The profile holding the official contract on an endpoint: its own (System One's), else
+    the one of its error envelope."""
+    return endpoint.contract or OFFICIAL_FOR_ENVELOPE.get(endpoint.envelope)
+
+
 def official_skip(spec: Any, rule: Any, vector: Vector, profiles: Any) -> str | None:
     """Why a vector does not run under the official contracts (a non-strict run), or None.
 
@@ -118,7 +124,7 @@ def official_skip(spec: Any, rule: Any, vector: Vector, profiles: Any) -> str | 
     anthropic]` over chat and messages holds Anthropic's contract on /v1/messages only."""
     if vector.contract == "strict":
         return "holds this project's stricter contract only (run with --profile strict)"
-    official = OFFICIAL_FOR_ENVELOPE.get(spec.endpoints[vector.endpoint].envelope)
+    official = official_profile(spec.endpoints[vector.endpoint])
     if official not in rule.profiles:
         return f"on {spec.endpoints[vector.endpoint].path} this rule is this project's contract only (--profile strict)"
     if profiles is not None and official not in profiles:

@@ -136,7 +136,7 @@ def build(root: Path, docs: dict[str, tuple[Any, LineMap]], problems: list[Probl
               for e in tables["errors.yaml"].get("errors", [])}
     families = {f["id"]: Family(f["id"], f["title"], f) for f in tables["families.yaml"].get("families", [])}
     endpoints = {e["name"]: Endpoint(e["name"], e["method"], e["path"], e["envelope"], e.get("minimal_request"),
-                                     e.get("schema"), e.get("response_schema"), e["description"])
+                                     e.get("schema"), e.get("response_schema"), e["description"], e.get("contract"))
                  for e in tables["endpoints.yaml"].get("endpoints", [])}
     named = {c["name"]: c for c in tables["checks.yaml"].get("checks", [])}
     for name in TABLE_FILES:

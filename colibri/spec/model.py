@@ -39,6 +39,7 @@ class Endpoint:
     schema: str | None
     response_schema: str | None
     description: str
+    contract: str | None = None  # the profile holding the official contract here (default: by envelope)
 
 
 @dataclass

@@ -1,0 +1,81 @@
+"""/v1/systemone (spec/85-systemone.yaml) beyond its vectors: the prompt layout (the one
+transformers serve uses, so the same weights give the same probabilities: see
+bench/peers/systemone_agreement.py), the label choice per model, and the named refusal of a
+question the model cannot label."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from falcon import testing
+
+from colibri.model import Model
+from colibri.server.app import create_app
+from colibri.server.service import Service, Settings
+from colibri.server.systemone import Labels, Question, answer, prompt_text
+
+HOST = {"Host": "localhost"}
+
+
+@pytest.fixture(scope="module")
+def client():
+    svc = Service(Settings(kv_slots=2))
+    return svc, testing.TestClient(create_app(svc))
+
+
+def test_prompt_layout_per_type():
+    choice = Question("c", "choice", "What is it about?", ["billing", "damage"], [None, "Broken goods"], [])
+    assert prompt_text("The box arrived crushed.", choice, ["A", "B"]) == (
+        "The box arrived crushed.\n\nWhat is it about?\nA. billing\nB. damage: Broken goods\n"
+        "Answer with the letter of the option that fits best (A to B) only.")
+    score = Question("s", "score", None, ["0", "1"], [{"level": "low"}, "high"], [{"level": "low"}, "high"])
+    assert prompt_text({"a": 1}, score, ["A", "B"]) == (
+        '{"a": 1}\n\nA. {"level": "low"}\nB. high\nAnswer with the letter of the level that fits best (A to B) only.')
+    noul = Question("n", "noul", "Is it paid?", ["true", "false"], ["paid in full", None], [])
+    assert prompt_text("x", noul, ["Yes", "No"]) == "x\n\nIs it paid?\nYes: paid in full\nAnswer Yes or No only."
+
+
+def test_answer_formulas_and_ties():
+    q = Question("c", "choice", None, ["a", "b", "c"], [None] * 3, [])
+    a = answer(q, np.array([0.4, 0.4, 0.2]))
+    assert a["choice"] == "a" and a["confidence"] == pytest.approx((0.4 - 1 / 3) / (1 - 1 / 3))
+    assert a["entropy_normalized"] == pytest.approx(a["entropy"] / np.log(3))
+    s = Question("s", "score", None, ["0", "1", "2"], ["l", "m", "h"], ["l", "m", "h"])
+    a = answer(s, np.array([0.1, 0.2, 0.7]))
+    assert a["score"] == pytest.approx(1.6) and a["legend"] == {"0": "l", "1": "m", "2": "h"}
+    spread = (1 + 0 + 1) / 3
+    assert a["confidence"] == pytest.approx(1 - (0.1 * 2 + 0.2 * 1) / spread)
+    assert answer(s, np.array([0.2, 0.3, 0.5]))["confidence"] == 0.0  # clipped at 0
+
+
+def test_s1_labels_single_token_noul_falls_back_when_yes_is_not_one_token():
+    """The embedded model's vocabulary splits "Yes": the noul pair falls back in order."""
+    model = Model()
+    labels = Labels(model)
+    assert len(model.encode("Yes")) > 1
+    assert labels.noul is not None and labels.noul[0] != ["Yes", "No"]
+    assert all(len(model.encode(t)) == 1 for t in labels.noul[0])
+    assert labels.report()["choice"]["max_options"] == 26
+
+
+def test_s1_labels_single_token_question_the_model_cannot_label_is_refused_by_name(client):
+    svc, c = client
+    saved = svc.systemone_labels.noul
+    svc.systemone_labels.noul = None
+    try:
+        r = c.simulate_post("/v1/systemone", headers=HOST, json={
+            "model": "colibri-tiny", "state": "x", "questions": {"n": {"type": "noul"}}})
+    finally:
+        svc.systemone_labels.noul = saved
+    assert r.status_code == 400
+    assert r.json["error"]["code"] == "labels_unavailable" and r.json["error"]["param"] == "questions.n.type"
+    assert r.json["error"]["type"] == "invalid_request_error"
+
+
+def test_s1_prefix_reused_across_requests_about_the_same_state(client):
+    _, c = client
+    body = {"model": "colibri-tiny", "state": "A long state about printers. " * 20,
+            "questions": {"q": {"type": "choice", "criteria": {"yes": None, "no": None}}}}
+    first = c.simulate_post("/v1/systemone", headers=HOST, json=body).json
+    again = c.simulate_post("/v1/systemone", headers=HOST, json=body).json
+    assert again["usage"]["input_tokens_details"]["cached_tokens"] >= first["usage"]["input_tokens"] - 1
+    assert again["answers"] == first["answers"]  # reuse changes nothing in the numbers
