@@ -988,6 +988,10 @@ INVARIANT_OWNERS: dict[str, dict[str, str]] = {
     "stream_one_id": {"chat": "stream.chunk.same-id", "completions": "stream.chunk.same-id"},
     "anthropic_event_order": {"messages": "msgs.stream.event_order"},
     "usage_arithmetic": {"chat": "gen.usage.counts", "completions": "gen.usage.counts"},
+    "systemone_complete": {"systemone": "s1.answers.complete"},
+    "systemone_choice": {"systemone": "s1.choice.answer"},
+    "systemone_score": {"systemone": "s1.score.answer"},
+    "systemone_noul": {"systemone": "s1.noul.answer"},
 }
 
 
@@ -1012,6 +1016,8 @@ def invariants(ctx: CheckContext) -> list[tuple[str, CheckFailure]]:
         doc = _safe_json_text(ex.body.decode("utf-8", "replace"))
         if ctx.endpoint in ("chat", "completions") and isinstance(doc, dict) and doc.get("usage"):
             names.append("usage_arithmetic")
+        if ctx.endpoint == "systemone" and isinstance(doc, dict) and isinstance(ctx.body, dict):
+            names += ["systemone_complete", "systemone_choice", "systemone_score", "systemone_noul"]
     bare = CheckContext(ctx.spec, ctx.vector, ex, ctx.body, ctx.target, expect={"status": ex.status},
                         strict=ctx.strict)
     out = []

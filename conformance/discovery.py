@@ -63,9 +63,17 @@ class Finding:
         return d
 
 
+#: Endpoints beyond the two APIs (colibri's render, System One): a server that fails a valid
+#: request to one with a 5xx does not serve it (LiteLLM forwards unknown paths to its upstream
+#: provider, which has no such route), so its rules are UNSUPPORTED there, not failed.
+OPTIONAL_ENDPOINTS = {"render", "systemone"}
+
+
 def _state(name: str, ex: Exchange) -> tuple[str, str]:
     if ex.status in (404, 405, 501):
         return "absent", f"answers {ex.status}"
+    if name in OPTIONAL_ENDPOINTS and ex.status >= 500:
+        return "absent", f"answers {ex.status} to a valid request: not served here"
     if 400 <= ex.status < 500:
         return "refused", f"refused with {ex.status}"
     if ex.status != 200:

@@ -1,0 +1,144 @@
+"""/v1/systemone speed: 1, 8 and 64 questions about one ~500-token state (issue 15).
+
+    PYTHONPATH=. python bench/peers/systemone_bench.py [--rounds 2]
+
+SmolLM2-135M-Instruct, float32 folder (the weights transformers serve loads), 2 threads.
+Per question count, alternating in each round:
+
+- colibri's server in-process (falcon test client: no sockets, the whole request path), which
+  reuses the state's KV prefix across the questions and, for a repeated state, across requests
+  (each timed request here uses a fresh state, so only the within-request reuse counts);
+- colibri's engine on the same prompts prefilled without any reuse (reuse=False): what the
+  request would cost if every question recomputed the state;
+- transformers serve (the peers harness's), over HTTP.
+
+Reports questions/s and each run's time relative to one question. Results:
+bench/results/systemone-bench.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from smollm2 import HF_DIR  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+COUNTS = [1, 8, 64]
+PARAGRAPH = ("Ticket {n}: the customer reports that the order placed on Monday arrived on Thursday in a crushed "
+             "box. Two of the six mugs are broken and the saucers are chipped. The customer has been with us for "
+             "four years, paid by card, and asks what we can do. ")
+
+
+def state(n: int) -> str:
+    """About 500 tokens, different for every request (so no request reuses another's state)."""
+    return "".join(PARAGRAPH.format(n=f"{n}-{i}") for i in range(9))
+
+
+def questions(k: int) -> dict:
+    kinds = [{"type": "choice", "instructions": "What is the main problem?",
+              "criteria": {"late delivery": None, "damage": None, "billing": None}},
+             {"type": "score", "instructions": "How upset is the customer?", "criteria": ["calm", "annoyed", "angry"]},
+             {"type": "noul", "instructions": "Is the customer asking for a refund?"}]
+    return {f"q{i:02d}": dict(kinds[i % 3], instructions=f"({i}) " + kinds[i % 3]["instructions"]) for i in range(k)}
+
+
+class Colibri:
+    def __init__(self) -> None:
+        from falcon import testing
+
+        from colibri.model import Model
+        from colibri.server.app import create_app
+        from colibri.server.service import Service, Settings
+
+        self.svc = Service(Settings(model_id="smollm2", family="chatml-text", kv_slots=2, n_threads=2),
+                           model=Model(HF_DIR))
+        self.client = testing.TestClient(create_app(self.svc))
+        self.engine = self.svc.scheduler.engine
+
+    def server(self, body: dict) -> float:
+        t = time.perf_counter()
+        r = self.client.simulate_post("/v1/systemone", json=body, headers={"Host": "localhost"})
+        assert r.status_code == 200, r.text
+        return time.perf_counter() - t
+
+    def no_reuse(self, body: dict) -> float:
+        from colibri.server.prompt import ChatInput
+        from colibri.server.systemone import LETTERS, parse_questions, prompt_text
+
+        prompts = []
+        for q in parse_questions(body):
+            labels = (self.svc.systemone_labels.noul or ([], []))[0] if q.type == "noul" else LETTERS[:len(q.options)]
+            _, ids = self.svc.render(ChatInput(messages=[{"role": "user",
+                                                          "content": prompt_text(body["state"], q, labels)}]))
+            prompts.append(ids)
+        t = time.perf_counter()
+        for ids in prompts:
+            self.engine.prefill(1, ids, reuse=False)
+        return time.perf_counter() - t
+
+
+def start_transformers() -> tuple[subprocess.Popen, str]:
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("run.py")), "--only", "transformers",
+                               "--serve"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = server.stdout.readline() if server.stdout else ""
+        if not line and server.poll() is not None:
+            break
+        if " at http://" in line:
+            return server, line.split(" at ", 1)[1].split(",", 1)[0].strip()
+    raise SystemExit("transformers serve did not start (see ~/.cache/colibri-peers/logs/transformers.log)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds (best is kept; default 2)")
+    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "systemone-bench.json")
+    args = ap.parse_args()
+    colibri = Colibri()
+    server, url = start_transformers()
+    best: dict[str, dict[int, float]] = {"colibri server": {}, "colibri engine, no reuse": {},
+                                         "transformers serve": {}}
+    n = 0
+    try:
+        with httpx.Client(timeout=600) as http:
+            for rnd in range(args.rounds):
+                for k in COUNTS:
+                    runs = {}
+                    n += 1
+                    body = {"model": "smollm2", "state": state(n), "questions": questions(k)}
+                    runs["colibri server"] = colibri.server(body)
+                    runs["colibri engine, no reuse"] = colibri.no_reuse(body)
+                    t = time.perf_counter()
+                    r = http.post(f"{url}/systemone", json=body)
+                    runs["transformers serve"] = time.perf_counter() - t
+                    assert r.status_code == 200, r.text[:300]
+                    for who, s in runs.items():
+                        best[who][k] = min(best[who].get(k, s), s)
+                    print(f"[round {rnd + 1}] {k} questions: " + ", ".join(f"{w} {s:.3f} s" for w, s in runs.items()),
+                          file=sys.stderr, flush=True)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "threads": 2, "rounds": args.rounds,
+                                     "seconds": {w: {str(k): v for k, v in d.items()} for w, d in best.items()}},
+                                    indent=1) + "\n")
+    print("| run | " + " | ".join(f"{k} q: s (q/s, x one)" for k in COUNTS) + " |")
+    print("|---|" + "---|" * len(COUNTS))
+    for who, d in best.items():
+        print(f"| {who} | " + " | ".join(f"{d[k]:.3f} ({k / d[k]:.1f} q/s, {d[k] / d[1]:.1f}x)" for k in COUNTS) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
