@@ -909,7 +909,7 @@ PRECONDITIONS = ("tool_call_made", "reasoning_made")
 #: Checks that need a live server process (sockets, restarts), run by the live-server tests.
 LIVE_ONLY = frozenset({"bound_to_loopback", "disconnect_cancels", "slow_client_dropped",
                        "prefix_reused_after_restart", "tool_parser_vectors", "full_pool_refused_at_once",
-                       "connection_cap_refused"})
+                       "connection_cap_refused", "differential_agreement"})
 
 
 def _live_only(name: str) -> Callable[[CheckContext], None]:

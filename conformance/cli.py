@@ -6,6 +6,7 @@
     colibri-conform diff old.json new.json            # regressions and fixes by rule id
     colibri-conform replay RULE[VECTOR] --base-url U  # re-run one case
     colibri-conform compat REPORTS --out docs/compat  # the published matrix from the peers harness
+    colibri-conform differential --reference R --base-url U  # same model, same greedy answers?
 
 Exit codes: 0 every selected MUST rule passed; 1 failures; 2 usage or configuration error;
 3 nothing selected, or the target is unreachable.
@@ -302,8 +303,10 @@ def cmd_replay(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     from .compat import main as cmd_compat
+    from .differential import main as cmd_differential
 
-    sub = {"matrix": cmd_matrix, "diff": cmd_diff, "replay": cmd_replay, "compat": cmd_compat}
+    sub = {"matrix": cmd_matrix, "diff": cmd_diff, "replay": cmd_replay, "compat": cmd_compat,
+           "differential": cmd_differential}
     if argv and argv[0] in sub:
         return sub[argv[0]](argv[1:])
     try:

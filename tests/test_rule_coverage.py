@@ -19,6 +19,10 @@ COVERED_ELSEWHERE = {
                               "test_admission:test_ops_admission_bounded_trickling_clients_hold_no_thread"],
     "ops.connections.per-client": ["test_admission:test_ops_connections_per_client_cap"],
     "ops.kv-persistence": ["test_live_server:test_kv_state_survives_a_restart_and_a_torn_file_is_discarded"],
+    "diff.greedy.exact": ["test_differential:test_diff_greedy_exact_a_server_against_itself_passes_every_prompt",
+                          "test_differential:test_diff_greedy_exact_continuation_outside_the_top_tokens_fails"],
+    "diff.greedy.rounded": ["test_differential:test_diff_greedy_rounded_divergence_at_a_near_tie_passes_with_its_margin",
+                            "test_differential:test_diff_greedy_rounded_a_server_writing_something_else_fails_with_evidence"],
     "tools.args.typed": ["test_tool_parsers:test_each_family_template_renders_calls_its_parser_reads_back",
                          "test_tool_parsers:test_glm_xml_typed_values_and_verbatim_strings"],
 }

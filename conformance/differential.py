@@ -1,0 +1,216 @@
+"""colibri-conform differential: the same prompts, greedy, on servers that load the same model,
+each compared with a reference (rules diff.greedy.exact and diff.greedy.rounded,
+spec/95-differential.yaml).
+
+    colibri-conform differential --reference URL|inprocess:MODEL_PATH --base-url URL [--base-url URL ...]
+        [--model ID] [--tolerance exact|rounded] [--json OUT] [--markdown OUT]
+
+Wire rules cannot see a server that is perfectly shaped and numerically wrong; this can. Every
+prompt of conformance/differential_prompts.yaml goes to each target greedily. The reference
+answers the same prompt through an endpoint that returns log probabilities with the top 20
+alternatives (its chat endpoint, also for /v1/messages prompts: the same rendering), so where a
+target's text parts from the reference's, the reference says how close its own choice was at
+that token: the margin, in nats, between its token and the one the target wrote. A divergence
+at a near-tie is what rounding does; a divergence the reference was sure about is not.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROMPTS_FILE = Path(__file__).with_name("differential_prompts.yaml")
+TOP = 20  # alternatives the reference reports per token (OpenAI's top_logprobs maximum)
+#: Largest reference margin (nats) at which a divergence passes, per tolerance; the rule bodies
+#: in spec/95-differential.yaml give the measurements behind each.
+BOUNDS = {"exact": 0.01, "rounded": 0.5}
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "messages": "/v1/messages"}
+RULES = {"exact": "diff.greedy.exact", "rounded": "diff.greedy.rounded"}
+
+
+@dataclass
+class Reference:
+    text: str
+    tokens: list[str] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top: list[list[tuple[str, float]]] = field(default_factory=list)
+
+
+def load_prompts(path: Path = PROMPTS_FILE) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
+
+
+def _body(prompt: dict[str, Any], model: str, max_tokens: int, endpoint: str, logprobs: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "temperature": 0}
+    if endpoint == "completions":
+        body["prompt"] = prompt["prompt"]
+        if logprobs:
+            body["logprobs"] = 5  # the legacy API's maximum
+    else:
+        body["messages"] = prompt["messages"]
+        if logprobs:
+            body |= {"logprobs": True, "top_logprobs": TOP}
+    return body
+
+
+def _send(target: Any, endpoint: str, body: dict[str, Any]) -> Any:
+    ex = target.send("POST", PATHS[endpoint], json.dumps(body).encode(), {"Content-Type": "application/json"})
+    if ex.status != 200:
+        raise RuntimeError(f"{PATHS[endpoint]} answered {ex.status}: {ex.body[:200]!r}")
+    return ex.json()
+
+
+def answer_text(endpoint: str, doc: dict[str, Any]) -> str:
+    if endpoint == "messages":
+        return "".join(b.get("text", "") for b in doc.get("content") or [] if b.get("type") == "text")
+    choice = (doc.get("choices") or [{}])[0]
+    return str(choice.get("text") if endpoint == "completions" else (choice.get("message") or {}).get("content") or "")
+
+
+def reference_answer(target: Any, prompt: dict[str, Any], model: str, max_tokens: int) -> Reference:
+    """The reference's greedy answer with per-token log probabilities and alternatives."""
+    endpoint = "completions" if prompt["endpoint"] == "completions" else "chat"
+    doc = _send(target, endpoint, _body(prompt, model, max_tokens, endpoint, logprobs=True))
+    ref = Reference(answer_text(endpoint, doc))
+    lp = (doc.get("choices") or [{}])[0].get("logprobs") or {}
+    if endpoint == "chat":
+        for entry in lp.get("content") or []:
+            ref.tokens.append(entry["token"])
+            ref.logprobs.append(entry["logprob"])
+            ref.top.append([(t["token"], t["logprob"]) for t in entry.get("top_logprobs") or []])
+    else:
+        ref.tokens, ref.logprobs = list(lp.get("tokens") or []), list(lp.get("token_logprobs") or [])
+        ref.top = [sorted(d.items(), key=lambda kv: -kv[1]) for d in lp.get("top_logprobs") or []]
+    return ref
+
+
+def compare(ref: Reference, text: str, bound: float) -> dict[str, Any]:
+    """The verdict on one target answer against the reference's."""
+    if text == ref.text:
+        return {"outcome": "PASS", "why": "identical text"}
+    pos = 0
+    for k, tok in enumerate(ref.tokens):
+        if text.startswith(tok, pos):
+            pos += len(tok)
+            continue
+        found = {"token_index": k, "char_index": pos, "reference_continues": ref.text[pos:pos + 60],
+                 "target_continues": text[pos:pos + 60], "reference_token": tok}
+        rest = text[pos:]
+        alts = [(t, lp) for t, lp in (ref.top[k] if k < len(ref.top) else []) if t and rest.startswith(t) and t != tok]
+        if not alts:
+            if not rest:
+                return {"outcome": "INCONCLUSIVE", **found,
+                        "why": "the target stopped where the reference went on (a stop decision, no token to weigh)"}
+            return {"outcome": "FAIL", **found, "why": f"the target's continuation is none of the reference's top "
+                    f"{len(ref.top[k]) if k < len(ref.top) else 0} tokens at token {k}"}
+        alt, alt_lp = max(alts, key=lambda a: len(a[0]))
+        margin = ref.logprobs[k] - alt_lp
+        found |= {"target_token": alt, "margin": margin}
+        if margin <= bound:
+            return {"outcome": "PASS", **found, "why": f"parts at token {k}, where the reference itself nearly tied "
+                    f"({tok!r} over {alt!r} by {margin:.3f} nats <= {bound})"}
+        return {"outcome": "FAIL", **found, "why": f"parts at token {k}: the reference chose {tok!r} over the target's "
+                f"{alt!r} by {margin:.3f} nats > {bound}"}
+    if not ref.tokens:
+        return {"outcome": "INCONCLUSIVE", "why": "the reference returned no log probabilities"}
+    return {"outcome": "INCONCLUSIVE", "char_index": pos, "reference_continues": "", "target_continues": text[pos:pos + 60],
+            "why": "the target went on where the reference stopped (a stop decision, no token to weigh)"}
+
+
+def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tolerance: str,
+        prompts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Compare each (name, target, model) with the reference over the prompt set."""
+    prompts = prompts or load_prompts()
+    n, bound = prompts["max_tokens"], BOUNDS[tolerance]
+    refs = {p["id"]: reference_answer(reference, p, ref_model, n) for p in prompts["prompts"]}
+    out: dict[str, Any] = {"prompt_set_version": prompts["version"], "max_tokens": n, "tolerance": tolerance,
+                           "bound_nats": bound, "rule": RULES[tolerance], "targets": {}}
+    for name, target, model in targets:
+        rows = []
+        for p in prompts["prompts"]:
+            ref = refs[p["id"]]
+            try:
+                text = answer_text(p["endpoint"], _send(target, p["endpoint"],
+                                                        _body(p, model, n, p["endpoint"], logprobs=False)))
+            except Exception as e:  # noqa: BLE001 - an endpoint the target lacks is a finding, not a crash
+                rows.append({"prompt": p["id"], "outcome": "UNSUPPORTED", "why": str(e)[:300]})
+                continue
+            rows.append({"prompt": p["id"], "endpoint": p["endpoint"], "reference": ref.text, "target": text,
+                         **compare(ref, text, bound)})
+        outcomes = [r["outcome"] for r in rows]
+        verdict = "FAIL" if "FAIL" in outcomes else "PASS" if "PASS" in outcomes else "INCONCLUSIVE"
+        out["targets"][name] = {"model": model, "verdict": verdict,
+                                "counts": {o: outcomes.count(o) for o in sorted(set(outcomes))}, "prompts": rows}
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Differential run ({report['rule']}, tolerance {report['tolerance']}: "
+             f"margin <= {report['bound_nats']} nats; prompt set v{report['prompt_set_version']}, "
+             f"{report['max_tokens']} greedy tokens)", ""]
+    for name, t in report["targets"].items():
+        lines += [f"## {name}: {t['verdict']} {t['counts']}", "", "| prompt | outcome | why |", "|---|---|---|"]
+        for r in t["prompts"]:
+            why = r["why"].replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| {r['prompt']} | {r['outcome']} | {why} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _reference_target(spec: str, headers: dict[str, str]) -> tuple[Any, str]:
+    if spec.startswith("inprocess:"):
+        from colibri.families import detect_family
+        from colibri.model import Model
+        from colibri.server.app import create_app
+        from colibri.server.service import Service, Settings
+        from colibri.spec import load_spec
+
+        from .exchange import InProcessTarget
+
+        model = Model(spec.removeprefix("inprocess:"))
+        family, _ = detect_family(model.own_template(), load_spec())
+        svc = Service(Settings(model_id=model.name, family=family, kv_slots=1, dequantize=True), model=model)
+        return InProcessTarget(create_app(svc), {"Host": "localhost"}, model=model.name), model.name
+    from .cli import remote_target
+
+    target = remote_target(spec, headers, None)
+    return target, target.model
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="colibri-conform differential", description=__doc__.split("\n\n")[0],
+                                 epilog="Exit 0 when every target passes, 1 when one fails, 2 on a usage error.")
+    ap.add_argument("--reference", required=True,
+                    help="the reference: a URL, or inprocess:MODEL_PATH (colibri on that model, weights expanded to F32)")
+    ap.add_argument("--base-url", action="append", required=True, help="a target server (repeatable)")
+    ap.add_argument("--model", help="model id on the targets (default: the first each lists)")
+    ap.add_argument("--tolerance", choices=sorted(BOUNDS), default="exact",
+                    help="exact: the same weights in the same format (rule diff.greedy.exact); rounded: quantized or "
+                         "lower-precision weights or arithmetic (diff.greedy.rounded). Default exact")
+    ap.add_argument("--json", type=Path, help="write the report as JSON here")
+    ap.add_argument("--markdown", type=Path, help="write the report as Markdown here")
+    a = ap.parse_args(argv)
+    from .cli import remote_target
+
+    reference, ref_model = _reference_target(a.reference, {})
+    targets = []
+    for url in a.base_url:
+        t = remote_target(url, {}, a.model)
+        targets.append((url, t, t.model))
+    report = run(reference, ref_model, targets, a.tolerance)
+    report["reference"] = a.reference
+    if a.json:
+        a.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    if a.markdown:
+        a.markdown.write_text(markdown(report))
+    for name, t in report["targets"].items():
+        print(f"{name}: {t['verdict']} {t['counts']}", file=sys.stderr)
+        for r in t["prompts"]:
+            if r["outcome"] != "PASS":
+                print(f"  {r['outcome']} {r['prompt']}: {r['why']}", file=sys.stderr)
+    return 1 if any(t["verdict"] == "FAIL" for t in report["targets"].values()) else 0

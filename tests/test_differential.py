@@ -1,0 +1,87 @@
+"""colibri-conform differential (rules diff.greedy.exact, diff.greedy.rounded): the same model
+on two servers, compared token by token through the reference's own log probabilities."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from colibri.model import Model
+from colibri.server.app import create_app
+from colibri.server.service import Service, Settings
+from conformance.differential import BOUNDS, Reference, answer_text, compare, load_prompts, markdown, run
+from conformance.exchange import Exchange, InProcessTarget
+
+HOST = {"Host": "localhost"}
+
+
+@pytest.fixture(scope="module")
+def colibri():
+    return InProcessTarget(create_app(Service(Settings(kv_slots=1), model=Model())), HOST)
+
+
+class Canned:
+    """A target that answers every prompt with the same text in the right shape."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def send(self, method, path, body=None, headers=None):
+        if path.endswith("/messages"):
+            doc = {"content": [{"type": "text", "text": self.text}]}
+        elif path.endswith("/completions") and "chat" not in path:
+            doc = {"choices": [{"text": self.text}]}
+        else:
+            doc = {"choices": [{"message": {"role": "assistant", "content": self.text}}]}
+        return Exchange(method, path, headers or {}, body, 200, {"content-type": "application/json"},
+                        json.dumps(doc).encode(), 0.0)
+
+
+REF = Reference("The capital is Paris.", ["The", " capital", " is", " Paris", "."], [-0.1, -0.2, -0.05, -0.3, -0.01],
+                [[("The", -0.1), ("L", -0.15)], [(" capital", -0.2), (" city", -2.5)], [(" is", -0.05)],
+                 [(" Paris", -0.3), (" Lyon", -4.0)], [(".", -0.01)]])
+
+
+def test_diff_greedy_exact_identical_text_passes():
+    assert compare(REF, "The capital is Paris.", BOUNDS["exact"])["outcome"] == "PASS"
+
+
+def test_diff_greedy_rounded_divergence_at_a_near_tie_passes_with_its_margin():
+    got = compare(REF, "L'Étoile, la Marseillaise", BOUNDS["rounded"])
+    assert got["outcome"] == "PASS" and got["token_index"] == 0 and got["target_token"] == "L"
+    assert got["margin"] == pytest.approx(0.05)
+    assert compare(REF, "L'Étoile, la Marseillaise", BOUNDS["exact"])["outcome"] == "FAIL"  # 0.05 > 0.01
+
+
+def test_diff_greedy_rounded_confident_divergence_fails_with_both_texts():
+    got = compare(REF, "The capital is Lyon, of course.", BOUNDS["rounded"])
+    assert got["outcome"] == "FAIL" and got["token_index"] == 3 and got["char_index"] == len("The capital is")
+    assert got["reference_continues"].startswith(" Paris") and got["target_continues"].startswith(" Lyon")
+    assert got["margin"] == pytest.approx(3.7)
+
+
+def test_diff_greedy_exact_continuation_outside_the_top_tokens_fails():
+    got = compare(REF, "The capital is Berlin.", BOUNDS["rounded"])
+    assert got["outcome"] == "FAIL" and "none of the reference's top" in got["why"]
+
+
+def test_diff_greedy_exact_a_server_against_itself_passes_every_prompt(colibri):
+    report = run(colibri, "colibri-tiny", [("self", colibri, "colibri-tiny")], "exact")
+    t = report["targets"]["self"]
+    assert t["verdict"] == "PASS" and t["counts"] == {"PASS": len(load_prompts()["prompts"])}
+    assert report["prompt_set_version"] == 1 and report["rule"] == "diff.greedy.exact"
+
+
+def test_diff_greedy_rounded_a_server_writing_something_else_fails_with_evidence(colibri):
+    report = run(colibri, "colibri-tiny", [("broken", Canned("zzzz qqqq"), "m")], "rounded")
+    t = report["targets"]["broken"]
+    assert t["verdict"] == "FAIL" and t["counts"].get("FAIL", 0) >= 1
+    failed = next(r for r in t["prompts"] if r["outcome"] == "FAIL")
+    assert failed["target_continues"].startswith("zzzz") and failed["reference"]
+    assert "broken: FAIL" in markdown(report)
+
+
+def test_answer_text_per_endpoint():
+    assert answer_text("messages", {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}) == "ab"
+    assert answer_text("completions", {"choices": [{"text": "x"}]}) == "x"
+    assert answer_text("chat", {"choices": [{"message": {"content": None}}]}) == ""
