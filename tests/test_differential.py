@@ -85,3 +85,15 @@ def test_answer_text_per_endpoint():
     assert answer_text("messages", {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}) == "ab"
     assert answer_text("completions", {"choices": [{"text": "x"}]}) == "x"
     assert answer_text("chat", {"choices": [{"message": {"content": None}}]}) == ""
+
+
+def test_the_matrix_shows_the_numerics_column_for_every_server():
+    from conformance.compat import Run, headline
+
+    runs = [Run("llama-server", {"rules": [], "model": "smollm2"}, {"version": "b1"}),
+            Run("mockllm", {"rules": [], "model": "gpt"}, {"version": "0.0.8"})]
+    numerics = {"llama-server": {"tolerance": "rounded", "verdict": "PASS", "counts": {"PASS": 8}}}
+    table = headline(runs, "docs/compat/", numerics)
+    assert table[0].endswith("| numerics (differential) |")
+    assert "[PASS](docs/compat/differential/llama-server.md) (rounded; 8 PASS)" in table[2]
+    assert table[3].endswith("| — (no shared model) |")

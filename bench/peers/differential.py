@@ -7,7 +7,9 @@ arithmetic; its logits are checked against a float64 NumPy model in tests/). Eac
 started in turn on a free port, compared with `colibri-conform differential` logic, and
 stopped by its own process group. The tolerance follows what the target computes with:
 `exact` for float32 weights and arithmetic, `rounded` for quantized GGUF files and bfloat16.
-Writes NAME.json and NAME.md per target and summary.json into --out.
+Writes NAME.json and NAME.md per target and summary.json into --out (docs/compat/differential:
+the matrix's numerics column); then regenerate the matrix (`bench/peers/run.py --compat`, or
+`colibri-conform compat REPORTS --out docs/compat`).
 """
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ TARGETS: list[tuple[Peer, str]] = [(COLIBRI_DIR, "exact"), (TRANSFORMERS, "exact
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="+", choices=[p.name for p, _ in TARGETS], help="these targets only")
-    ap.add_argument("--out", type=Path, default=ROOT / "reports" / "differential")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "compat" / "differential",
+                    help="report folder (default: docs/compat/differential, where the matrix's numerics column reads)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     reference, ref_model = _reference_target(f"inprocess:{HF_DIR}", {})
@@ -77,7 +80,8 @@ def main() -> int:
         for r in t["prompts"]:
             if r["outcome"] != "PASS":
                 say(f"  {r['outcome']} {r['prompt']}: {r['why']}")
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    previous = json.loads((args.out / "summary.json").read_text()) if (args.out / "summary.json").is_file() else {}
+    (args.out / "summary.json").write_text(json.dumps(previous | summary, indent=1) + "\n")  # --only keeps the rest
     return 0
 
 
