@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -149,6 +150,10 @@ def _predict(spec: Any, endpoint: str, check: Any, concrete: tuple, value: Any) 
     return None
 
 
+#: The stand-in vector the answer invariants of a fuzzed /v1/systemone request are charged through.
+_PROPERTY_VECTOR = SimpleNamespace(endpoint="systemone", rule_id="property", expect={}, headers={})
+
+
 def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: Any,
                 strict: bool = True) -> list[tuple[str, str, str]]:
     """(rule id, invariant, message) for every promise this response breaks."""
@@ -182,7 +187,14 @@ def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: An
         errs = list(validator(resp_schema).iter_errors(ex.json()))
         if errs:
             bad.append(({"chat": "chat.response.shape", "completions": "cmpl.response.shape",
-                         "messages": "msgs.response.shape"}[endpoint], "response_schema", errs[0].message))
+                         "messages": "msgs.response.shape", "systemone": "s1.answers.complete"}[endpoint],
+                        "response_schema", errs[0].message))
+        if endpoint == "systemone":  # its answer invariants (conformance/checks.py) on this request
+            from .checks import CheckContext, CheckFailure, invariants
+
+            ctx = CheckContext(spec, _PROPERTY_VECTOR, ex, body, None, expect={"status": ex.status})
+            return bad + [(rid, f.check, str(f)[:300]) for rid, f in invariants(ctx)
+                          if isinstance(f, CheckFailure)]
         doc = ex.json()
         u = doc.get("usage") or {}
         if endpoint != "messages" and u and u.get("prompt_tokens", 0) + u.get("completion_tokens", 0) != u.get("total_tokens"):
@@ -205,7 +217,8 @@ def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: An
 def _stream_parity(spec: Any, target: Any, endpoint: str, body: dict[str, Any], unary: Exchange) -> list[tuple[str, str, str]]:
     """At temperature 0 the same request streamed must reassemble to the unary answer, framed
     as SSE and (OpenAI) closed by [DONE]."""
-    if body.get("temperature") != 0 or body.get("logprobs") or body.get("echo") or unary.status != 200:
+    if body.get("temperature") != 0 or body.get("logprobs") or body.get("echo") or unary.status != 200 \
+            or endpoint == "systemone":  # nothing streams there
         return []
     ex = target.send("POST", spec.endpoints[endpoint].path, json.dumps(dict(body, stream=True)).encode())
     if ex.status != 200 or not ex.is_sse:
@@ -292,7 +305,7 @@ def property_phase(spec: Any, target: Any, examples: int = 25, *, strict: bool =
     tables (status always; code and param under the strict contract). Under the official
     contracts only refusals of checks that are the official API's own are predicted."""
     findings: list[Finding] = []
-    for endpoint in ("chat", "completions", "messages"):
+    for endpoint in ("chat", "completions", "messages", "systemone"):
         official = official_profile(spec.endpoints[endpoint])
         if not strict and profiles is not None and official not in profiles:
             continue

@@ -113,6 +113,15 @@ def _anthropic_stop_end_turn(path: str, body: Body | None, doc: dict[str, Any]) 
         doc["stop_reason"], doc["stop_sequence"] = "end_turn", None
 
 
+def _systemone_unnormalised(path: str, body: Body | None, doc: dict[str, Any]) -> None:
+    """Label probabilities that are not a distribution (a softmax over the whole vocabulary
+    read at the labels, say): every probability scaled by 0.9."""
+    if path == "/v1/systemone":
+        for a in (doc.get("answers") or {}).values():
+            if isinstance(a.get("probabilities"), dict):
+                a["probabilities"] = {k: v * 0.9 for k, v in a["probabilities"].items()}
+
+
 def _no_done(events: list[bytes]) -> list[bytes]:
     return [e for e in events if not e.startswith(b"data: [DONE]")]
 
@@ -239,4 +248,6 @@ MUTANTS: dict[str, tuple[Callable[[WSGIApp], WSGIApp], set[str]]] = {
     "unknown-fields-ignored": (lambda a: _rewrite(a, request=_drop_unknown),
                                {"req.unknown-field.refused", "s1.request.fields"}),
     "hash-slot-pinned": (lambda a: _rewrite(a, request=_pin_hash_slot), {"ops.slot.choice"}),
+    "systemone-unnormalised": (lambda a: _rewrite(a, response=_json_response(_systemone_unnormalised)),
+                               {"s1.choice.answer", "s1.score.answer", "s1.entropy"}),
 }

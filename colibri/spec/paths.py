@@ -64,13 +64,18 @@ def get(doc: Any, path: str, default: Any = MISSING) -> Any:
 
 
 def set_path(doc: Any, segments: tuple[str, ...], value: Any) -> tuple[str | int, ...] | None:
-    """Set a value, reading `*` as index 0; return the concrete path, or None if a parent is missing."""
+    """Set a value, reading `*` as index 0 and `{}` as an object's first key; return the concrete
+    path, or None if a parent is missing."""
     cur = doc
     concrete: list[str | int] = []
     for n, seg in enumerate(segments):
         last = n == len(segments) - 1
         key: str | int
-        if seg == "*" or _index(seg) is not None:
+        if seg == "{}":
+            if not isinstance(cur, dict) or not cur:
+                return None
+            key = next(iter(cur))
+        elif seg == "*" or _index(seg) is not None:
             if not isinstance(cur, list) or not cur:
                 return None
             key = 0 if seg == "*" else int(seg) % len(cur)
