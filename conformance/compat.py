@@ -121,7 +121,8 @@ def _numerics_cell(name: str, numerics: dict[str, dict[str, Any]], link: str) ->
     if not n:
         return "— (no shared model)" if numerics else "—"
     counts = ", ".join(f"{v} {k}" for k, v in n["counts"].items())
-    return f"[{n['verdict']}]({link}differential/{name}.md) ({n['tolerance']}; {counts})"
+    template = f"; template {n['template']}" if n.get("template") else ""
+    return f"[{n['verdict']}]({link}differential/{name}.md) ({n['tolerance']}; {counts}{template})"
 
 
 def headline(runs: list[Run], link: str = "", numerics: dict[str, dict[str, Any]] | None = None) -> list[str]:

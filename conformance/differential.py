@@ -122,6 +122,81 @@ def compare(ref: Reference, text: str, bound: float) -> dict[str, Any]:
             "why": "the target went on where the reference stopped (a stop decision, no token to weigh)"}
 
 
+# ---- template agreement (rule diff.template.agrees) -------------------------------------------
+
+#: How a server shows the prompt it would build for chat messages: path, body, and where the
+#: answer puts the text or the token ids. Tried in order; the first that answers 200 counts.
+RENDER_ENDPOINTS = [
+    ("/v1/render", lambda model, msgs: {"model": model, "messages": msgs}, "prompt", "tokens"),  # colibri
+    ("/apply-template", lambda model, msgs: {"messages": msgs}, "prompt", None),  # llama.cpp's llama-server
+    ("/tokenize", lambda model, msgs: {"model": model, "messages": msgs, "add_generation_prompt": True},
+     None, "tokens"),  # vLLM
+]
+
+
+def rendered(target: Any, model: str, messages: list[dict[str, Any]]) -> tuple[str, str | None, list[int] | None]:
+    """(endpoint, prompt text, token ids) the target shows for these messages; ("", None, None)
+    when it shows neither."""
+    for path, make, text_key, tokens_key in RENDER_ENDPOINTS:
+        try:
+            ex = target.send("POST", path, json.dumps(make(model, messages)).encode(),
+                             {"Content-Type": "application/json"})
+            doc = ex.json() if ex.status == 200 else None
+        except Exception:  # noqa: BLE001 - an endpoint the target lacks
+            doc = None
+        if isinstance(doc, dict) and ((text_key and isinstance(doc.get(text_key), str))
+                                      or (tokens_key and isinstance(doc.get(tokens_key), list))):
+            return path, doc.get(text_key) if text_key else None, doc.get(tokens_key) if tokens_key else None
+    return "", None, None
+
+
+def _first_difference(a: Any, b: Any) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def templates(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]],
+              prompts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Per target and chat prompt: the target's rendered prompt (text or token ids) against the
+    reference's, with the first difference and both renderings around it."""
+    prompts = prompts or load_prompts()
+    chats = [p for p in prompts["prompts"] if p["endpoint"] != "completions"]
+    refs = {p["id"]: rendered(reference, ref_model, p["messages"]) for p in chats}
+    out: dict[str, Any] = {"prompt_set_version": prompts["version"], "rule": "diff.template.agrees", "targets": {}}
+    for name, target, model in targets:
+        rows = []
+        for p in chats:
+            _, ref_text, ref_ids = refs[p["id"]]
+            path, text, ids = rendered(target, model, p["messages"])
+            row: dict[str, Any] = {"prompt": p["id"], "endpoint": path}
+            if not path:
+                row |= {"outcome": "UNSUPPORTED", "why": "the target shows no rendered prompt "
+                        f"({', '.join(e[0] for e in RENDER_ENDPOINTS)} all refused)"}
+            elif text is not None and ref_text is not None:
+                i = _first_difference(ref_text, text)
+                same = text == ref_text
+                row |= {"outcome": "PASS" if same else "FAIL", "compared": "text",
+                        "why": "identical prompt text" if same else f"the prompt text differs at character {i}",
+                        **({} if same else {"char_index": i, "reference_around": ref_text[max(0, i - 40):i + 60],
+                                            "target_around": text[max(0, i - 40):i + 60]})}
+            elif ids is not None and ref_ids is not None:
+                i = _first_difference(ref_ids, ids)
+                same = list(ids) == list(ref_ids)
+                row |= {"outcome": "PASS" if same else "FAIL", "compared": "token ids",
+                        "why": "identical prompt token ids" if same else f"the prompt token ids differ at token {i}",
+                        **({} if same else {"token_index": i, "reference_around": ref_ids[max(0, i - 8):i + 12],
+                                            "target_around": list(ids)[max(0, i - 8):i + 12]})}
+            else:
+                row |= {"outcome": "INCONCLUSIVE", "why": "the reference and the target show different things "
+                        "(text against token ids) and the reference lacks the other"}
+            rows.append(row)
+        outcomes = [r["outcome"] for r in rows]
+        verdict = "FAIL" if "FAIL" in outcomes else "PASS" if "PASS" in outcomes else outcomes[0]
+        out["targets"][name] = {"model": model, "verdict": verdict,
+                                "counts": {o: outcomes.count(o) for o in sorted(set(outcomes))}, "prompts": rows}
+    return out
+
+
 def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tolerance: str,
         prompts: dict[str, Any] | None = None) -> dict[str, Any]:
     """Compare each (name, target, model) with the reference over the prompt set."""
@@ -150,9 +225,13 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [f"# Differential run ({report['rule']}, tolerance {report['tolerance']}: "
-             f"margin <= {report['bound_nats']} nats; prompt set v{report['prompt_set_version']}, "
-             f"{report['max_tokens']} greedy tokens)", ""]
+    if "tolerance" in report:
+        title = (f"# Differential run ({report['rule']}, tolerance {report['tolerance']}: margin <= "
+                 f"{report['bound_nats']} nats; prompt set v{report['prompt_set_version']}, "
+                 f"{report['max_tokens']} greedy tokens)")
+    else:
+        title = f"# Template agreement ({report['rule']}; prompt set v{report['prompt_set_version']})"
+    lines = [title, ""]
     for name, t in report["targets"].items():
         lines += [f"## {name}: {t['verdict']} {t['counts']}", "", "| prompt | outcome | why |", "|---|---|---|"]
         for r in t["prompts"]:
@@ -192,6 +271,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--tolerance", choices=sorted(BOUNDS), default="exact",
                     help="exact: the same weights in the same format (rule diff.greedy.exact); rounded: quantized or "
                          "lower-precision weights or arithmetic (diff.greedy.rounded). Default exact")
+    ap.add_argument("--templates", action="store_true",
+                    help="compare the rendered prompts instead (rule diff.template.agrees): /v1/render, "
+                         "/apply-template or /tokenize on each target against the reference's /v1/render")
     ap.add_argument("--json", type=Path, help="write the report as JSON here")
     ap.add_argument("--markdown", type=Path, help="write the report as Markdown here")
     a = ap.parse_args(argv)
@@ -202,7 +284,8 @@ def main(argv: list[str]) -> int:
     for url in a.base_url:
         t = remote_target(url, {}, a.model)
         targets.append((url, t, t.model))
-    report = run(reference, ref_model, targets, a.tolerance)
+    report = templates(reference, ref_model, targets) if a.templates else run(reference, ref_model, targets,
+                                                                                a.tolerance)
     report["reference"] = a.reference
     if a.json:
         a.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")

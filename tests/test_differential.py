@@ -97,3 +97,44 @@ def test_the_matrix_shows_the_numerics_column_for_every_server():
     assert table[0].endswith("| numerics (differential) |")
     assert "[PASS](docs/compat/differential/llama-server.md) (rounded; 8 PASS)" in table[2]
     assert table[3].endswith("| — (no shared model) |")
+
+
+def test_diff_template_agrees_a_server_against_itself(colibri):
+    from conformance.differential import templates
+
+    report = templates(colibri, "colibri-tiny", [("self", colibri, "colibri-tiny")])
+    t = report["targets"]["self"]
+    chats = [p for p in load_prompts()["prompts"] if p["endpoint"] != "completions"]
+    assert t["verdict"] == "PASS" and t["counts"] == {"PASS": len(chats)}
+    assert all(r["endpoint"] == "/v1/render" and r["compared"] == "text" for r in t["prompts"])
+
+
+class Renders:
+    """A target showing a rendering through llama-server's /apply-template."""
+
+    def __init__(self, prompt_of):
+        self.prompt_of = prompt_of
+
+    def send(self, method, path, body=None, headers=None):
+        if path != "/apply-template":
+            return Exchange(method, path, headers or {}, body, 404, {}, b"{}", 0.0)
+        msgs = json.loads(body)["messages"]
+        return Exchange(method, path, headers or {}, body, 200, {"content-type": "application/json"},
+                        json.dumps({"prompt": self.prompt_of(msgs)}).encode(), 0.0)
+
+
+def test_diff_template_agrees_a_dropped_system_turn_fails_with_both_renderings(colibri):
+    from conformance.differential import rendered, templates
+
+    def without_system(msgs):  # the reference's own text, its system turn cut out
+        _, text, _ = rendered(colibri, "colibri-tiny", [m for m in msgs if m["role"] != "system"])
+        return text
+
+    report = templates(colibri, "colibri-tiny", [("renders", Renders(without_system), "m")])
+    t = report["targets"]["renders"]
+    assert t["verdict"] == "FAIL" and t["counts"].get("PASS", 0) >= 1  # prompts without a system turn agree
+    bad = next(r for r in t["prompts"] if r["prompt"] == "system-prompt")
+    assert bad["outcome"] == "FAIL" and bad["endpoint"] == "/apply-template" and "char_index" in bad
+    assert bad["reference_around"] != bad["target_around"]
+    silent = templates(colibri, "colibri-tiny", [("none", Canned("x"), "m")])["targets"]["none"]
+    assert silent["verdict"] == "UNSUPPORTED"

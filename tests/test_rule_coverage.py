@@ -23,6 +23,8 @@ COVERED_ELSEWHERE = {
                           "test_differential:test_diff_greedy_exact_continuation_outside_the_top_tokens_fails"],
     "diff.greedy.rounded": ["test_differential:test_diff_greedy_rounded_divergence_at_a_near_tie_passes_with_its_margin",
                             "test_differential:test_diff_greedy_rounded_a_server_writing_something_else_fails_with_evidence"],
+    "diff.template.agrees": ["test_differential:test_diff_template_agrees_a_server_against_itself",
+                             "test_differential:test_diff_template_agrees_a_dropped_system_turn_fails_with_both_renderings"],
     "tools.args.typed": ["test_tool_parsers:test_each_family_template_renders_calls_its_parser_reads_back",
                          "test_tool_parsers:test_glm_xml_typed_values_and_verbatim_strings"],
 }

@@ -28,7 +28,7 @@ from smollm2 import HF_DIR  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from conformance.differential import _reference_target, markdown, run  # noqa: E402
+from conformance.differential import _reference_target, markdown, run, templates  # noqa: E402
 from conformance.exchange import HttpTarget  # noqa: E402
 
 COLIBRI_DIR = dataclasses.replace(
@@ -68,14 +68,19 @@ def main() -> int:
         try:
             target = HttpTarget(base, {}, timeout=300)
             report = run(reference, ref_model, [(peer.name, target, peer.model)], tolerance)
+            template_report = templates(reference, ref_model, [(peer.name, target, peer.model)])
         finally:
             stop(proc)
             say(f"{peer.name}: stopped")
         report["reference"] = f"colibri in-process on {HF_DIR.name} (float32)"
         (args.out / f"{peer.name}.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
-        (args.out / f"{peer.name}.md").write_text(markdown(report))
-        t = report["targets"][peer.name]
-        summary[peer.name] = {"tolerance": tolerance, "verdict": t["verdict"], "counts": t["counts"]}
+        (args.out / f"{peer.name}.md").write_text(markdown(report) + "\n" + markdown(template_report))
+        (args.out / f"{peer.name}.templates.json").write_text(json.dumps(template_report, indent=1,
+                                                                          ensure_ascii=False) + "\n")
+        t, tt = report["targets"][peer.name], template_report["targets"][peer.name]
+        summary[peer.name] = {"tolerance": tolerance, "verdict": t["verdict"], "counts": t["counts"],
+                              "template": tt["verdict"], "template_counts": tt["counts"]}
+        say(f"{peer.name} template: {tt['verdict']} {tt['counts']}")
         say(f"{peer.name} ({tolerance}): {t['verdict']} {t['counts']}")
         for r in t["prompts"]:
             if r["outcome"] != "PASS":
