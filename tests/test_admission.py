@@ -95,15 +95,32 @@ def test_ops_admission_bounded_trickling_clients_hold_no_thread():
                 s.close()
 
 
-def _wait_until_busy(base: str, timeout: float = 15.0) -> None:
-    """Until the only thread is taken: /health itself is then refused with 429."""
+def _hold_the_only_thread(base: str, request: bytes, timeout: float = 30.0) -> socket.socket:
+    """A connection whose slow request holds the only thread: /health itself is then refused
+    with 429. Under load a probe can hold the thread at the moment the holder's request is
+    complete, and the holder is then refused at once (the very rule under test): it is sent
+    again until it holds the thread."""
     deadline = time.monotonic() + timeout
+    holder = socket.create_connection(_addr(base), timeout=60)
+    holder.sendall(request)
     while time.monotonic() < deadline:
         time.sleep(0.3)  # let the event loop hand the holder its thread before probing
+        holder.settimeout(0.05)
+        try:
+            refused = holder.recv(1, socket.MSG_PEEK)  # the holder already has an answer: it was refused
+        except (TimeoutError, BlockingIOError):
+            refused = b""
+        holder.settimeout(60)
+        if refused:
+            holder.close()
+            holder = socket.create_connection(_addr(base), timeout=60)
+            holder.sendall(request)
+            continue
         with socket.create_connection(_addr(base), timeout=10) as s:
             s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
             if _read_response(s, timeout=10)[0] == 429:
-                return
+                return holder
+    holder.close()
     raise AssertionError("the holding request never took the thread")
 
 
@@ -112,9 +129,8 @@ def test_ops_admission_bounded_full_pool_answers_429_at_once():
     refused at once with queue_full in its endpoint's envelope (before: it waited, unbounded,
     in the thread pool's own queue)."""
     with live_server("--kv-slots", "1", "--max-queue", "0", "--threads", "1", "--debug-step-delay", "2") as base:
-        holder = socket.create_connection(_addr(base), timeout=60)
-        holder.sendall(_request(body={**CHAT, "max_tokens": 40}))
-        _wait_until_busy(base)  # the holder has the only thread and the slot (its first step takes 2 s)
+        # the holder gets the only thread and the slot (its first step takes 2 s)
+        holder = _hold_the_only_thread(base, _request(body={**CHAT, "max_tokens": 40}))
         try:
             for path, body in (("/v1/chat/completions", CHAT),
                                ("/v1/messages", {"model": "colibri-tiny", "max_tokens": 4,
