@@ -89,6 +89,36 @@ def reference_answer(target: Any, prompt: dict[str, Any], model: str, max_tokens
     return ref
 
 
+def _target_answer(target: Any, prompt: dict[str, Any], model: str, n: int) -> dict[str, Any]:
+    """The target's greedy answer, with log probabilities where it serves them (asked once;
+    a refusal of the logprobs field falls back to the plain request)."""
+    endpoint = prompt["endpoint"]
+    if endpoint != "messages":
+        try:
+            return _send(target, endpoint, _body(prompt, model, n, endpoint, logprobs=True))  # type: ignore[no-any-return]
+        except RuntimeError:
+            pass
+    return _send(target, endpoint, _body(prompt, model, n, endpoint, logprobs=False))  # type: ignore[no-any-return]
+
+
+def logprob_differences(ref: Reference, endpoint: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """Along the tokens both answers share from the start, |reference - target| log probability
+    of each token: reported, not judged (the verdict is the divergence's margin)."""
+    lp = ((doc.get("choices") or [{}])[0].get("logprobs") or {}) if endpoint != "messages" else {}
+    if endpoint == "chat":
+        pairs = [(e.get("token"), e.get("logprob")) for e in lp.get("content") or []]
+    else:
+        pairs = list(zip(lp.get("tokens") or [], lp.get("token_logprobs") or [], strict=False))
+    diffs = []
+    for (tok, got), want_tok, want in zip(pairs, ref.tokens, ref.logprobs, strict=False):
+        if tok != want_tok or not isinstance(got, (int, float)) or not isinstance(want, (int, float)):
+            break
+        diffs.append(abs(float(got) - float(want)))
+    if not diffs:
+        return {}
+    return {"logprob_diff": {"tokens": len(diffs), "mean_abs": sum(diffs) / len(diffs), "max_abs": max(diffs)}}
+
+
 def compare(ref: Reference, text: str, bound: float) -> dict[str, Any]:
     """The verdict on one target answer against the reference's."""
     if text == ref.text:
@@ -210,13 +240,13 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
         for p in prompts["prompts"]:
             ref = refs[p["id"]]
             try:
-                text = answer_text(p["endpoint"], _send(target, p["endpoint"],
-                                                        _body(p, model, n, p["endpoint"], logprobs=False)))
+                doc = _target_answer(target, p, model, n)
             except Exception as e:  # noqa: BLE001 - an endpoint the target lacks is a finding, not a crash
                 rows.append({"prompt": p["id"], "outcome": "UNSUPPORTED", "why": str(e)[:300]})
                 continue
+            text = answer_text(p["endpoint"], doc)
             rows.append({"prompt": p["id"], "endpoint": p["endpoint"], "reference": ref.text, "target": text,
-                         **compare(ref, text, bound)})
+                         **compare(ref, text, bound), **logprob_differences(ref, p["endpoint"], doc)})
         outcomes = [r["outcome"] for r in rows]
         verdict = "FAIL" if "FAIL" in outcomes else "PASS" if "PASS" in outcomes else "INCONCLUSIVE"
         out["targets"][name] = {"model": model, "verdict": verdict,
@@ -236,6 +266,10 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [f"## {name}: {t['verdict']} {t['counts']}", "", "| prompt | outcome | why |", "|---|---|---|"]
         for r in t["prompts"]:
             why = r["why"].replace("|", "\\|").replace("\n", " ")
+            if "logprob_diff" in r:
+                d = r["logprob_diff"]
+                why += (f" (log probabilities along the {d['tokens']} shared tokens: mean |diff| "
+                        f"{d['mean_abs']:.4f}, max {d['max_abs']:.4f})")
             lines.append(f"| {r['prompt']} | {r['outcome']} | {why} |")
         lines.append("")
     return "\n".join(lines)

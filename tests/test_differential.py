@@ -138,3 +138,14 @@ def test_diff_template_agrees_a_dropped_system_turn_fails_with_both_renderings(c
     assert bad["reference_around"] != bad["target_around"]
     silent = templates(colibri, "colibri-tiny", [("none", Canned("x"), "m")])["targets"]["none"]
     assert silent["verdict"] == "UNSUPPORTED"
+
+
+def test_logprob_differences_along_the_shared_tokens_are_reported():
+    from conformance.differential import logprob_differences
+
+    doc = {"choices": [{"logprobs": {"content": [{"token": "The", "logprob": -0.11},
+                                                 {"token": " capital", "logprob": -0.25},
+                                                 {"token": " city", "logprob": -1.0}]}}]}
+    d = logprob_differences(REF, "chat", doc)["logprob_diff"]
+    assert d["tokens"] == 2 and d["mean_abs"] == pytest.approx(0.03) and d["max_abs"] == pytest.approx(0.05)
+    assert logprob_differences(REF, "messages", {"content": []}) == {}
