@@ -678,6 +678,11 @@ def _distribution(check: str, name: str, probs: Any, keys: list[str]) -> list[fl
     return [float(v) for v in p]
 
 
+def _first_argmax(p: list[float]) -> int:
+    """The most probable answer's index, the first on a tie."""
+    return max(range(len(p)), key=lambda i: (p[i], -i))
+
+
 def _close(check: str, what: str, want: float, got: Any) -> None:
     if not isinstance(got, (int, float)) or isinstance(got, bool) or abs(got - want) > S1_TOL:
         raise CheckFailure(check, f"{what} = {want:.6f} +/- {S1_TOL}", got)
@@ -701,7 +706,7 @@ def systemone_choice(ctx: CheckContext) -> None:
     for name, q, a in _s1(ctx, "choice"):
         options = list(q.get("criteria") or {})
         p = _distribution("systemone_choice", name, (a or {}).get("probabilities"), options)
-        best = max(range(len(p)), key=lambda i: (p[i], -i))
+        best = _first_argmax(p)
         if a.get("choice") != options[best]:
             raise CheckFailure("systemone_choice", f"{name}: choice = the first most probable option "
                                f"{options[best]!r}", a.get("choice"))
@@ -721,7 +726,7 @@ def systemone_score(ctx: CheckContext) -> None:
         if a.get("legend") != dict(zip(keys, levels, strict=True)):
             raise CheckFailure("systemone_score", f"{name}: legend {dict(zip(keys, levels, strict=True))}",
                                a.get("legend"))
-        k, best = len(p), max(range(len(p)), key=lambda i: (p[i], -i))
+        k, best = len(p), _first_argmax(p)
         spread = sum(abs(i - (k - 1) / 2) for i in range(k)) / k
         want = 1.0 if k == 1 else max(0.0, 1 - sum(v * abs(i - best) for i, v in enumerate(p)) / spread)
         _close("systemone_score", f"{name}: confidence", want, a.get("confidence"))

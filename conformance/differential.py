@@ -277,18 +277,10 @@ def markdown(report: dict[str, Any]) -> str:
 
 def _reference_target(spec: str, headers: dict[str, str]) -> tuple[Any, str]:
     if spec.startswith("inprocess:"):
-        from colibri.families import detect_family
-        from colibri.model import Model
-        from colibri.server.app import create_app
-        from colibri.server.service import Service, Settings
-        from colibri.spec import load_spec
+        from .inprocess import model_target
 
-        from .exchange import InProcessTarget
-
-        model = Model(spec.removeprefix("inprocess:"))
-        family, _ = detect_family(model.own_template(), load_spec())
-        svc = Service(Settings(model_id=model.name, family=family, kv_slots=1, dequantize=True), model=model)
-        return InProcessTarget(create_app(svc), {"Host": "localhost"}, model=model.name), model.name
+        target, svc = model_target(spec.removeprefix("inprocess:"), dequantize=True)
+        return target, svc.settings.model_id
     from .cli import remote_target
 
     target = remote_target(spec, headers, None)

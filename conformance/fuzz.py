@@ -21,7 +21,7 @@ from hypothesis.errors import Unsatisfiable
 
 from colibri.schemas import all_schemas, validator
 
-from .checks import answer
+from .checks import CheckContext, CheckFailure, answer, invariants
 from .exchange import Exchange
 from .runner import official_profile
 
@@ -190,8 +190,6 @@ def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: An
                          "messages": "msgs.response.shape", "systemone": "s1.answers.complete"}[endpoint],
                         "response_schema", errs[0].message))
         if endpoint == "systemone":  # its answer invariants (conformance/checks.py) on this request
-            from .checks import CheckContext, CheckFailure, invariants
-
             ctx = CheckContext(spec, _PROPERTY_VECTOR, ex, body, None, expect={"status": ex.status})
             return bad + [(rid, f.check, str(f)[:300]) for rid, f in invariants(ctx)
                           if isinstance(f, CheckFailure)]

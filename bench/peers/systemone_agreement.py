@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,7 +20,12 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from catalog import TRANSFORMERS  # noqa: E402
+from run import ensure_installed, serving  # noqa: E402
+from server_process import stop  # noqa: E402
 from smollm2 import HF_DIR  # noqa: E402
+
+from conformance.inprocess import model_target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUESTS = [
@@ -54,15 +56,8 @@ def probabilities(doc: dict) -> dict[str, float]:
 
 
 def colibri_answers() -> list[dict]:
-    from falcon import testing
-
-    from colibri.model import Model
-    from colibri.server.app import create_app
-    from colibri.server.service import Service, Settings
-
-    svc = Service(Settings(model_id="smollm2", family="chatml-text", kv_slots=1), model=Model(HF_DIR))
-    client = testing.TestClient(create_app(svc))
-    return [client.simulate_post("/v1/systemone", json={"model": "smollm2", **r}, headers={"Host": "localhost"}).json
+    target, _ = model_target(HF_DIR, model_id="smollm2")
+    return [target.send("POST", "/v1/systemone", json.dumps({"model": "smollm2", **r}).encode()).json()
             for r in REQUESTS]
 
 
@@ -70,23 +65,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "systemone-agreement.json")
     args = ap.parse_args()
-    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("run.py")), "--only", "transformers",
-                               "--serve"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    ensure_installed(TRANSFORMERS)
+    proc, base, _ = serving(TRANSFORMERS)
     try:
-        url = None
-        deadline = time.monotonic() + 300
-        while url is None and time.monotonic() < deadline:
-            line = server.stdout.readline() if server.stdout else ""
-            if not line and server.poll() is not None:
-                raise SystemExit("transformers serve did not start (see ~/.cache/colibri-peers/logs/transformers.log)")
-            if " at http://" in line:
-                url = line.split(" at ", 1)[1].split(",", 1)[0].strip()
-        if url is None:
-            raise SystemExit("transformers serve did not report its URL in time")
-        theirs = [httpx.post(f"{url}/systemone", json={"model": "smollm2", **r}, timeout=120).json() for r in REQUESTS]
+        theirs = [httpx.post(f"{base}/v1/systemone", json={"model": "smollm2", **r}, timeout=120).json()
+                  for r in REQUESTS]
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        stop(proc)
     ours = colibri_answers()
     rows = []
     for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):

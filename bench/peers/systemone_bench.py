@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,7 +26,12 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from catalog import TRANSFORMERS  # noqa: E402
+from run import ensure_installed, serving  # noqa: E402
+from server_process import stop  # noqa: E402
 from smollm2 import HF_DIR  # noqa: E402
+
+from conformance.inprocess import model_target  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTS = [1, 8, 64]
@@ -53,21 +55,13 @@ def questions(k: int) -> dict:
 
 class Colibri:
     def __init__(self) -> None:
-        from falcon import testing
-
-        from colibri.model import Model
-        from colibri.server.app import create_app
-        from colibri.server.service import Service, Settings
-
-        self.svc = Service(Settings(model_id="smollm2", family="chatml-text", kv_slots=2, n_threads=2),
-                           model=Model(HF_DIR))
-        self.client = testing.TestClient(create_app(self.svc))
+        self.target, self.svc = model_target(HF_DIR, model_id="smollm2", kv_slots=2, n_threads=2)
         self.engine = self.svc.scheduler.engine
 
     def server(self, body: dict) -> float:
         t = time.perf_counter()
-        r = self.client.simulate_post("/v1/systemone", json=body, headers={"Host": "localhost"})
-        assert r.status_code == 200, r.text
+        ex = self.target.send("POST", "/v1/systemone", json.dumps(body).encode())
+        assert ex.status == 200, ex.body[:300]
         return time.perf_counter() - t
 
     def no_reuse(self, body: dict) -> float:
@@ -86,26 +80,15 @@ class Colibri:
         return time.perf_counter() - t
 
 
-def start_transformers() -> tuple[subprocess.Popen, str]:
-    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("run.py")), "--only", "transformers",
-                               "--serve"], stdout=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        line = server.stdout.readline() if server.stdout else ""
-        if not line and server.poll() is not None:
-            break
-        if " at http://" in line:
-            return server, line.split(" at ", 1)[1].split(",", 1)[0].strip()
-    raise SystemExit("transformers serve did not start (see ~/.cache/colibri-peers/logs/transformers.log)")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds (best is kept; default 2)")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "systemone-bench.json")
     args = ap.parse_args()
     colibri = Colibri()
-    server, url = start_transformers()
+    ensure_installed(TRANSFORMERS)
+    server, base, _ = serving(TRANSFORMERS)
+    url = f"{base}/v1"
     best: dict[str, dict[int, float]] = {"colibri server": {}, "colibri engine, no reuse": {},
                                          "transformers serve": {}}
     n = 0
@@ -127,8 +110,7 @@ def main() -> int:
                     print(f"[round {rnd + 1}] {k} questions: " + ", ".join(f"{w} {s:.3f} s" for w, s in runs.items()),
                           file=sys.stderr, flush=True)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        stop(server)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "threads": 2, "rounds": args.rounds,
                                      "seconds": {w: {str(k): v for k, v in d.items()} for w, d in best.items()}},

@@ -308,8 +308,7 @@ class Scheduler:
             rows.append(np.asarray(logits).reshape(-1)[label_ids])
             reused += n_reused
             total += len(prompt)
-        task.events.put(("scored", {"rows": rows, "reused": reused, "prompt_tokens": total,
-                                    "queue_wait": task.queue_wait}))
+        task.events.put(("scored", {"rows": rows, "reused": reused, "prompt_tokens": total}))
         self._finish(task, "stop")
 
     def _run(self) -> None:

@@ -13,6 +13,7 @@ from .generation import Generation
 from .generation import Spec as GenSpec
 from .prompt import ChatInput, LiteralSpecials, Rendered, render_chat
 from .scheduler import Metrics, Scheduler, Task
+from .systemone import Labels
 
 DEFAULT_CORS = ("http://127.0.0.1:8000", "http://localhost:8000", "http://127.0.0.1:5173", "http://localhost:5173")
 
@@ -72,8 +73,6 @@ class Service:
         self.scheduler = scheduler
         self.validators = {ep: RequestValidator(self.spec, ep, settings.family, settings.validator_settings())
                            for ep in ("chat", "completions", "messages", "render", "systemone")}
-        from .systemone import Labels
-
         self.systemone_labels = Labels(self.model)  # decided once (rule s1.labels.single-token)
         self.started = int(time.time())
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .body import read_body
 from .disconnect import detector
 from .errors import error
 from .prompt import ChatInput
@@ -167,8 +168,6 @@ class SystemOneResource:
         return LETTERS[:len(q.options)], ids
 
     def on_post(self, req: Any, resp: Any) -> None:
-        from .body import read_body
-
         body = read_body(req)
         self.svc.validate("systemone", body)
         questions = parse_questions(body)
