@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,8 @@ def openapi(spec: Any, root: Path | None = None) -> dict[str, Any]:
         if ep.envelope != "none":
             op["responses"]["default"] = {"description": "Error", "content": {"application/json": {
                 "schema": {"$ref": f"#/components/schemas/{err}"}}}}
-        params = [{"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}] \
-            if "{model}" in ep.path else []
+        params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                  for name in re.findall(r"\{(\w+)\}", ep.path)]
         if params:
             op["parameters"] = params
         paths.setdefault(ep.path, {})[ep.method.lower()] = op

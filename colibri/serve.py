@@ -37,6 +37,10 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
      "open connections one client address may hold; a request on one more gets 429 too_many_connections"),
     ("--kv-dir", "COLI_KV_DIR", str, None,
      "keep KV slot state in this folder so a restart reuses cached prefixes (off when unset)"),
+    ("--responses-max", "COLI_RESPONSES_MAX", int, 1000,
+     "stored /v1/responses objects kept for GET and previous_response_id; the oldest are evicted first"),
+    ("--responses-max-bytes", "COLI_RESPONSES_MAX_BYTES", int, 64 * 1024 * 1024,
+     "bytes the stored responses may take (kept beside the KV files with --kv-dir)"),
     ("--debug-step-delay", "COLI_DEBUG_STEP_DELAY", float, 0.0,
      "testing aid: sleep this many seconds before every engine step (to exercise queueing and cancellation)"),
 ]
@@ -75,7 +79,8 @@ def settings_from(args: argparse.Namespace) -> Any:
                     cors_origins=origins or list(DEFAULT_CORS), continue_assistant=not args.no_continue_assistant,
                     host=args.host, port=int(args.port), n_threads=int(args.engine_threads),
                     keepalive_seconds=float(args.keepalive), step_delay=float(args.debug_step_delay),
-                    kv_dir=args.kv_dir or None, dequantize=bool(args.dequantize))
+                    kv_dir=args.kv_dir or None, dequantize=bool(args.dequantize),
+                    responses_max=int(args.responses_max), responses_max_bytes=int(args.responses_max_bytes))
 
 
 SPARE_THREADS = 4  # for /health, /metrics, static files and refusals while every slot and queue place is taken

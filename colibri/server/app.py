@@ -13,6 +13,7 @@ from ..paths import data_dir
 from .anthropic_api import MessagesResource
 from .errors import ApiError, error
 from .openai_api import ChatResource, CompletionsResource, RenderResource, dumps
+from .responses_api import ResponseResource, ResponsesResource
 from .scheduler import ClientGone
 from .service import Service, Settings
 from .systemone import SystemOneResource
@@ -259,6 +260,8 @@ def create_app(service: Service) -> falcon.App:
     app.add_route("/v1/messages", MessagesResource(service))
     app.add_route("/v1/render", RenderResource(service))
     app.add_route("/v1/systemone", SystemOneResource(service))
+    app.add_route("/v1/responses", ResponsesResource(service))
+    app.add_route("/v1/responses/{response_id}", ResponseResource(service))
     app.add_route("/health", Health(service))
     app.add_route("/metrics", Metrics(service))
     app.add_route("/openapi.json", OpenAPI())

@@ -154,12 +154,15 @@ class Generation:
             if pending is not None:
                 yield pending
 
-    def run(self) -> Outcome:
-        """Unary: start, drain, and return the outcome; a client that hangs up cancels the work."""
+    def run(self, on_delta: Any = None) -> Outcome:
+        """Unary: start, drain, and return the outcome; a client that hangs up cancels the work.
+        `on_delta` sees each delta as a stream would (/v1/responses builds its items so)."""
         if self.accepted is None:
             self.start()
         checked = time.monotonic()
-        for _ in self.deltas(poll=0.25):
+        for d in self.deltas(poll=0.25):
+            if d is not None and on_delta is not None:
+                on_delta(d)
             if time.monotonic() - checked >= 0.25:
                 checked = time.monotonic()
                 if self.client_gone():
@@ -243,6 +246,13 @@ class Generation:
             prompt_tokens=self.accepted.prompt_tokens if self.accepted else 0, completion_tokens=len(self.records),
             queue_wait=self.accepted.queue_wait if self.accepted else 0.0, problems=problems,
             cached_tokens=self.accepted.cached_tokens if self.accepted else 0)
+
+    def reasoning_tokens(self) -> int:
+        """Generated tokens that began inside the reasoning (usage.output_tokens_details)."""
+        if not self.reasoning:
+            return 0
+        end = self.reasoning[-1].end
+        return sum(1 for _, s, _ in self.records if s < end)
 
     # ------------------------------------------------------------------ logprobs
 

@@ -12,6 +12,7 @@ from .errors import error
 from .generation import Generation
 from .generation import Spec as GenSpec
 from .prompt import ChatInput, LiteralSpecials, Rendered, render_chat
+from .response_store import ResponseStore
 from .scheduler import Metrics, Scheduler, Task
 from .systemone import Labels
 
@@ -37,6 +38,8 @@ class Settings:
     step_delay: float = 0.0  # test hook: slows each engine step
     kv_dir: str | None = None  # persist KV slot state here (off when None)
     dequantize: bool = False  # expand quantized/BF16 weights to F32 at load (see `colibri serve --dequantize`)
+    responses_max: int = 1000  # stored /v1/responses objects kept (oldest evicted)
+    responses_max_bytes: int = 64 * 1024 * 1024  # and the bytes they may take
 
     def validator_settings(self) -> dict[str, Any]:
         return {"model_id": self.model_id, "kv_slots": self.kv_slots, "continue_assistant": self.continue_assistant}
@@ -72,8 +75,9 @@ class Service:
                                   step_delay=settings.step_delay, on_release=store.save if store else None)
         self.scheduler = scheduler
         self.validators = {ep: RequestValidator(self.spec, ep, settings.family, settings.validator_settings())
-                           for ep in ("chat", "completions", "messages", "render", "systemone")}
+                           for ep in ("chat", "completions", "messages", "render", "systemone", "responses")}
         self.systemone_labels = Labels(self.model)  # decided once (rule s1.labels.single-token)
+        self.responses = ResponseStore(settings.responses_max, settings.responses_max_bytes, settings.kv_dir)
         self.started = int(time.time())
 
     def close(self) -> None:
@@ -87,11 +91,12 @@ class Service:
         if failure is not None:
             raise error(failure.code, failure.message, param=failure.param, rule_id=failure.rule_id)
 
-    def render(self, chat: ChatInput) -> tuple[Rendered, list[int]]:
-        """The prompt text and its token ids; special-token text from the request stays text."""
+    def render(self, chat: ChatInput, *, continuation: bool = True) -> tuple[Rendered, list[int]]:
+        """The prompt text and its token ids; special-token text from the request stays text.
+        A trailing assistant turn is continued when the server allows it and `continuation`."""
         literal = LiteralSpecials(self.model.special_texts)
         shielded = render_chat(self.family, self.template, literal.shield(chat),
-                               continue_assistant=self.settings.continue_assistant,
+                               continue_assistant=self.settings.continue_assistant and continuation,
                                template_tokens=self.model.template_tokens)
         ids = self.model.encode_pieces(literal.pieces(shielded.text))
         rendered = replace(shielded, text=literal.restore(shielded.text),
