@@ -84,7 +84,42 @@ def answer(ex: Exchange, endpoint: str) -> Answer:
                            f"{type(e).__name__} {e} reading {ex.body[:160]!r}") from None
 
 
+def _responses_answer(ex: Exchange) -> Answer:
+    """A /v1/responses answer: from the output items, or reassembled from the stream's deltas
+    (function calls from their finished items, which carry the whole arguments)."""
+    a = Answer()
+    if not ex.is_sse:
+        doc = ex.json()
+        items, status = doc["output"], doc.get("status")
+        for item in items:
+            if item["type"] == "message":
+                a.content += "".join(p.get("text", "") for p in item.get("content") or [])
+            elif item["type"] == "reasoning":
+                a.reasoning += "".join(p.get("text", "") for p in (item.get("content") or item.get("summary") or []))
+    else:
+        items, status = [], None
+        for e in ex.events():
+            d = e.json()
+            kind = d["type"]
+            if kind == "response.output_text.delta":
+                a.content += d["delta"]
+            elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+                a.reasoning += d["delta"]
+            elif kind == "response.output_item.done":
+                items.append(d["item"])
+            elif kind in ("response.completed", "response.incomplete", "response.failed"):
+                status = kind.rsplit(".", 1)[1]
+    for item in items:
+        if item["type"] == "function_call":
+            a.raw_arguments.append(item["arguments"])
+            a.tool_calls.append((item["name"], _args(item["arguments"])))
+    a.finish = "length" if status == "incomplete" else "tool_calls" if a.tool_calls else "stop"
+    return a
+
+
 def _answer(ex: Exchange, endpoint: str) -> Answer:
+    if endpoint == "responses":
+        return _responses_answer(ex)
     a = Answer()
     if not ex.is_sse:
         doc = ex.json()
@@ -246,6 +281,14 @@ def response_schema(ctx: CheckContext) -> None:
         errs = _schema_errors(ctx, validator(ep.response_schema), ex.json())
         if errs:
             raise CheckFailure("response_schema", ep.response_schema, f"{errs[0].message} at {list(errs[0].absolute_path)}")
+        return
+    if ctx.endpoint == "responses":  # the events are judged by resp.stream.*; the final object here
+        schema, v = "responses.response.json", validator("responses.response.json")
+        for d in _data_events(ex):
+            if isinstance(d, dict) and isinstance(d.get("response"), dict):
+                errs = _schema_errors(ctx, v, d["response"])
+                if errs:
+                    raise CheckFailure("response_schema", schema, f"{errs[0].message} in {d.get('type')}")
         return
     schema = {"chat": "chat.chunk.json", "completions": "completions.response.json", "messages": "messages.event.json"}[ctx.endpoint]
     v = validator(schema)
@@ -985,11 +1028,18 @@ def evaluate(ctx: CheckContext) -> None:
 INVARIANT_OWNERS: dict[str, dict[str, str]] = {
     "error_envelope": {"chat": "err.envelope.openai", "completions": "err.envelope.openai",
                        "models": "err.envelope.openai", "model": "err.envelope.openai",
-                       "messages": "err.envelope.anthropic"},
+                       "messages": "err.envelope.anthropic", "responses": "err.envelope.openai",
+                       "response": "err.envelope.openai"},
     "response_schema": {"chat": "chat.response.shape", "completions": "cmpl.response.shape",
                         "messages": "msgs.response.shape", "models": "models.list",
-                        "systemone": "s1.answers.complete"},
-    "sse_framing": {"chat": "stream.sse.framing", "completions": "stream.sse.framing"},
+                        "systemone": "s1.answers.complete", "responses": "resp.response.shape",
+                        "response": "resp.store.retrieve"},
+    "sse_framing": {"chat": "stream.sse.framing", "completions": "stream.sse.framing",
+                    "responses": "resp.stream.sequence"},
+    "responses_usage": {"responses": "resp.response.shape"},
+    "responses_stream_sequence": {"responses": "resp.stream.sequence"},
+    "responses_stream_brackets": {"responses": "resp.stream.brackets"},
+    "responses_stream_assembly": {"responses": "resp.stream.assembly"},
     "stream_one_id": {"chat": "stream.chunk.same-id", "completions": "stream.chunk.same-id"},
     "anthropic_event_order": {"messages": "msgs.stream.event_order"},
     "usage_arithmetic": {"chat": "gen.usage.counts", "completions": "gen.usage.counts"},
@@ -1013,11 +1063,16 @@ def invariants(ctx: CheckContext) -> list[tuple[str, CheckFailure]]:
         names.append("error_envelope")
     elif ex.status == 200 and ex.is_sse and _ends_in_error(ex):
         names.append("sse_framing")  # a stream that failed after its 200: stream.error-after-commit judges it
+    elif ex.status == 200 and ex.is_sse and ctx.endpoint == "responses":
+        names += ["sse_framing", "response_schema", "responses_stream_sequence", "responses_stream_brackets",
+                  "responses_stream_assembly"]
     elif ex.status == 200 and ex.is_sse:
         names += ["sse_framing", "response_schema"]
         names += ["anthropic_event_order"] if ctx.endpoint == "messages" else ["stream_one_id"]
     elif ex.status == 200:
         names.append("response_schema")
+        if ctx.endpoint == "responses":
+            names.append("responses_usage")
         doc = _safe_json_text(ex.body.decode("utf-8", "replace"))
         if ctx.endpoint in ("chat", "completions") and isinstance(doc, dict) and doc.get("usage"):
             names.append("usage_arithmetic")
@@ -1046,7 +1101,10 @@ def _ends_in_error(ex: Exchange) -> bool:
     if not events:
         return False
     doc = _safe_json_text(events[-1].data)
-    return events[-1].event == "error" or (isinstance(doc, dict) and "error" in doc and "choices" not in doc)
+    if isinstance(doc, dict) and doc.get("type") == "response.failed":
+        return True
+    return events[-1].event == "error" or (isinstance(doc, dict) and "error" in doc and "choices" not in doc
+                                           and "response" not in doc)
 
 
 def _safe_json_text(text: str) -> Any:
@@ -1054,3 +1112,12 @@ def _safe_json_text(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def _register_responses_checks() -> None:
+    from .responses_checks import CHECKS as responses  # its own module; it imports this one
+
+    CHECKS.update(responses)
+
+
+_register_responses_checks()

@@ -25,7 +25,7 @@ import yaml
 from .suite import PROFILES_ALL as PROFILES
 
 #: What a run against a URL checks by default: the two official APIs' contracts.
-REMOTE_DEFAULT = ("openai", "anthropic", "systemone")
+REMOTE_DEFAULT = ("openai", "anthropic", "systemone", "responses")
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
 
@@ -38,8 +38,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model id to put in requests (default: the target's first listed model)")
     p.add_argument("--header", action="append", default=[], metavar="'K: V'", help="extra request header (repeatable)")
     p.add_argument("--profile", action="append", choices=PROFILES,
-                   help="rule profile to run (repeatable; default openai and anthropic for a URL, every profile "
-                        "in-process). With 'strict' selected, vectors are judged by this project's stricter "
+                   help="rule profile to run (repeatable; default for a URL: the official contracts, "
+                        f"{', '.join(REMOTE_DEFAULT)}; in-process: every profile). With 'strict' selected, vectors are judged "
+                        "by this project's stricter "
                         "contract (error codes and params too); without it, by the official APIs' contracts")
     p.add_argument("--strict", action="store_true", help="also run SHOULD rules (a miss is NON-STRICT)")
     p.add_argument("--rule", action="append", default=[], metavar="PREFIX", help="only rules whose id starts with PREFIX")

@@ -23,6 +23,7 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "messages": ("messages", {}, "POST /v1/messages (Anthropic) answers"),
     "render": ("render", {}, "POST /v1/render (colibri extension) answers"),
     "systemone": ("systemone", {}, "POST /v1/systemone (System One decisions) answers"),
+    "responses": ("responses", {}, "POST /v1/responses (OpenAI Responses) answers"),
     "streaming": ("chat", {"stream": True}, "chat streams as server-sent events"),
     "logprobs": ("chat", {"logprobs": True, "top_logprobs": 2}, "chat returns logprobs"),
     "tools": ("chat", {"tools": [{"type": "function", "function": {
@@ -45,7 +46,7 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
 #: The endpoints whose absence makes every vector sent to them UNSUPPORTED.
 ENDPOINT_PROBES = {"models": "models", "model": "model", "chat": "chat", "completions": "completions",
                    "messages": "messages", "render": "render", "health": "health", "metrics": "metrics",
-                   "systemone": "systemone"}
+                   "systemone": "systemone", "responses": "responses", "response": "responses"}
 
 
 @dataclass
@@ -63,10 +64,10 @@ class Finding:
         return d
 
 
-#: Endpoints beyond the two APIs (colibri's render, System One): a server that fails a valid
+#: Endpoints a compatible server may leave out (colibri's render, System One, Responses): one that fails a valid
 #: request to one with a 5xx does not serve it (LiteLLM forwards unknown paths to its upstream
 #: provider, which has no such route), so its rules are UNSUPPORTED there, not failed.
-OPTIONAL_ENDPOINTS = {"render", "systemone"}
+OPTIONAL_ENDPOINTS = {"render", "systemone", "responses"}
 
 
 def _state(name: str, ex: Exchange) -> tuple[str, str]:
@@ -138,7 +139,8 @@ class Capabilities:
 
     def _unserved(self, vector: Vector, mode: str) -> Finding | None:
         # A vector sent elsewhere than its endpoint's path (an unknown route, say) is not about it.
-        custom = vector.path and vector.path != self.spec.endpoints[vector.endpoint].path and vector.endpoint != "model"
+        custom = (vector.path and vector.path != self.spec.endpoints[vector.endpoint].path
+                  and vector.endpoint not in ("model", "response"))
         probe = None if custom else ENDPOINT_PROBES.get(vector.endpoint)
         f = self.findings.get(probe) if probe else None
         if f is not None and f.state == "absent":

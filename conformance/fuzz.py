@@ -150,10 +150,6 @@ def _predict(spec: Any, endpoint: str, check: Any, concrete: tuple, value: Any) 
     return None
 
 
-#: The stand-in vector the answer invariants of a fuzzed /v1/systemone request are charged through.
-_PROPERTY_VECTOR = SimpleNamespace(endpoint="systemone", rule_id="property", expect={}, headers={})
-
-
 def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: Any,
                 strict: bool = True) -> list[tuple[str, str, str]]:
     """(rule id, invariant, message) for every promise this response breaks."""
@@ -187,10 +183,12 @@ def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: An
         errs = list(validator(resp_schema).iter_errors(ex.json()))
         if errs:
             bad.append(({"chat": "chat.response.shape", "completions": "cmpl.response.shape",
-                         "messages": "msgs.response.shape", "systemone": "s1.answers.complete"}[endpoint],
+                         "messages": "msgs.response.shape", "systemone": "s1.answers.complete",
+                         "responses": "resp.response.shape"}[endpoint],
                         "response_schema", errs[0].message))
-        if endpoint == "systemone":  # its answer invariants (conformance/checks.py) on this request
-            ctx = CheckContext(spec, _PROPERTY_VECTOR, ex, body, None, expect={"status": ex.status})
+        if endpoint in ("systemone", "responses"):  # their answer invariants (conformance/checks.py)
+            vector = SimpleNamespace(endpoint=endpoint, rule_id="property", expect={}, headers={})
+            ctx = CheckContext(spec, vector, ex, body, None, expect={"status": ex.status})
             return bad + [(rid, f.check, str(f)[:300]) for rid, f in invariants(ctx)
                           if isinstance(f, CheckFailure)]
         doc = ex.json()
@@ -216,7 +214,8 @@ def _stream_parity(spec: Any, target: Any, endpoint: str, body: dict[str, Any], 
     """At temperature 0 the same request streamed must reassemble to the unary answer, framed
     as SSE and (OpenAI) closed by [DONE]."""
     if body.get("temperature") != 0 or body.get("logprobs") or body.get("echo") or unary.status != 200 \
-            or endpoint == "systemone":  # nothing streams there
+            or endpoint == "systemone" \
+            or endpoint == "responses":  # nothing streams on the first; the second's events are its own rules
         return []
     ex = target.send("POST", spec.endpoints[endpoint].path, json.dumps(dict(body, stream=True)).encode())
     if ex.status != 200 or not ex.is_sse:
@@ -303,7 +302,7 @@ def property_phase(spec: Any, target: Any, examples: int = 25, *, strict: bool =
     tables (status always; code and param under the strict contract). Under the official
     contracts only refusals of checks that are the official API's own are predicted."""
     findings: list[Finding] = []
-    for endpoint in ("chat", "completions", "messages", "systemone"):
+    for endpoint in ("chat", "completions", "messages", "systemone", "responses"):
         official = official_profile(spec.endpoints[endpoint])
         if not strict and profiles is not None and official not in profiles:
             continue
@@ -324,9 +323,10 @@ def _fuzz_endpoint(spec: Any, target: Any, endpoint: str, examples: int, finding
         if predicted is not None and not strict and (
                 predicted.strict_only or official not in spec.by_id[predicted.rule_id].profiles):
             predicted = None  # this project's own refusal: not the official API's promise
-        mt = body.get("max_tokens")
-        if isinstance(mt, int) and not isinstance(mt, bool):
-            body = dict(body, max_tokens=min(mt, 8))  # keep generation short; validity unchanged
+        for cap in ("max_tokens", "max_output_tokens"):
+            mt = body.get(cap)
+            if isinstance(mt, int) and not isinstance(mt, bool) and mt > 8:
+                body = dict(body, **{cap: 8})  # keep generation short; validity unchanged
         ex = target.send("POST", path, json.dumps(body).encode())
         for rule_id, name, message in (_invariants(spec, endpoint, body, ex, predicted, strict)
                                        + _stream_parity(spec, target, endpoint, body, ex)):

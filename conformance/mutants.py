@@ -122,6 +122,53 @@ def _systemone_unnormalised(path: str, body: Body | None, doc: dict[str, Any]) -
                 a["probabilities"] = {k: v * 0.9 for k, v in a["probabilities"].items()}
 
 
+def _renumbered(frames: list[tuple[bytes, dict[str, Any]]], skip_at: int | None = None) -> list[bytes]:
+    """Responses events written back with sequence numbers 0, 1, ... (one number left out at
+    `skip_at`), each as `event: <type>` plus its data."""
+    out, n = [], 0
+    for head, doc in frames:
+        if n == skip_at:
+            n += 1
+        if "sequence_number" in doc:
+            doc["sequence_number"] = n
+            n += 1
+        out.append(head + b"data: " + json.dumps(doc).encode() + b"\n\n")
+    return out
+
+
+def _responses_frames(events: list[bytes]) -> list[tuple[bytes, dict[str, Any]]] | None:
+    frames = []
+    for e in events:
+        head, _, data = e.partition(b"data: ")
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return None
+        if not (isinstance(doc, dict) and str(doc.get("type", "")).startswith("response.")):
+            return None
+        frames.append((head, doc))
+    return frames
+
+
+def _delta_before_part(events: list[bytes]) -> list[bytes]:
+    """A Responses stream whose first text delta comes before its content part opens (the
+    numbering stays gapless: only the order is wrong)."""
+    frames = _responses_frames(events)
+    if not frames:
+        return events
+    kinds = [doc["type"] for _, doc in frames]
+    if "response.content_part.added" in kinds and "response.output_text.delta" in kinds:
+        a, b = kinds.index("response.content_part.added"), kinds.index("response.output_text.delta")
+        frames[a], frames[b] = frames[b], frames[a]
+    return _renumbered(frames)
+
+
+def _sequence_gap(events: list[bytes]) -> list[bytes]:
+    """A Responses stream that skips sequence number 3."""
+    frames = _responses_frames(events)
+    return _renumbered(frames, skip_at=3) if frames else events
+
+
 def _no_done(events: list[bytes]) -> list[bytes]:
     return [e for e in events if not e.startswith(b"data: [DONE]")]
 
@@ -238,7 +285,7 @@ MUTANTS: dict[str, tuple[Callable[[WSGIApp], WSGIApp], set[str]]] = {
                              {"chat.reasoning.field", "reasoning.not-in-content"}),
     "any-model-accepted": (lambda a: _rewrite(a, request=_any_model),
                            {"req.model.served", "models.served-id-configurable", "req.model.required",
-                            "err.envelope.anthropic", "s1.request.fields"}),
+                            "err.envelope.anthropic", "s1.request.fields", "resp.request.fields"}),
     "retry-after-missing": (lambda a: _rewrite(a, response=_drop_header("Retry-After")),
                             {"err.retry-after"}),
     "max-completion-tokens-ignored": (lambda a: _rewrite(a, request=_drop_keys("max_completion_tokens")),
@@ -246,8 +293,14 @@ MUTANTS: dict[str, tuple[Callable[[WSGIApp], WSGIApp], set[str]]] = {
     "anthropic-stop-end-turn": (lambda a: _rewrite(a, response=_json_response(_anthropic_stop_end_turn)),
                                 {"msgs.stop_sequence.reason"}),
     "unknown-fields-ignored": (lambda a: _rewrite(a, request=_drop_unknown),
-                               {"req.unknown-field.refused", "s1.request.fields"}),
+                               {"req.unknown-field.refused", "s1.request.fields", "resp.request.fields"}),
     "hash-slot-pinned": (lambda a: _rewrite(a, request=_pin_hash_slot), {"ops.slot.choice"}),
+    "responses-delta-before-part": (lambda a: _rewrite(a, response=_sse_response(_delta_before_part)),
+                                    {"resp.stream.brackets"}),
+    "responses-sequence-gap": (lambda a: _rewrite(a, response=_sse_response(_sequence_gap)), {"resp.stream.sequence"}),
+    # previous_response_id lost on the way in: the child starts a new conversation
+    "responses-chain-lost": (lambda a: _rewrite(a, request=_drop_keys("previous_response_id")),
+                             {"resp.previous.chain", "resp.previous.unknown"}),
     "systemone-unnormalised": (lambda a: _rewrite(a, response=_json_response(_systemone_unnormalised)),
                                {"s1.choice.answer", "s1.score.answer", "s1.entropy"}),
 }

@@ -14,7 +14,7 @@ from colibri.spec.model import Vector
 from .runner import Result, official_skip, run_vector
 
 PROFILES_ALL = ("openai", "strict", "anthropic", "logprobs", "tools", "reasoning", "streaming", "completions",
-                "operations", "continuation", "extensions", "systemone")
+                "operations", "continuation", "extensions", "systemone", "responses")
 OUTCOMES = ("PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "INCONCLUSIVE", "SKIPPED", "ERROR")
 #: Codes that mean "this server cleanly does not offer that" rather than "this server is wrong".
 UNSUPPORTED_CODES = {"unsupported_parameter", "unsupported_value", "unsupported_content_type", "unsupported_role"}
