@@ -23,9 +23,7 @@ from typing import Any
 import yaml
 
 from .suite import PROFILES_ALL as PROFILES
-
-#: What a run against a URL checks by default: the two official APIs' contracts.
-REMOTE_DEFAULT = ("openai", "anthropic", "systemone", "responses")
+from .suite import REMOTE_DEFAULT
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
 

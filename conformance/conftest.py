@@ -22,8 +22,7 @@ def pytest_generate_tests(metafunc: Any) -> None:
         return
     from colibri.spec import load_spec
 
-    from .cli import REMOTE_DEFAULT
-    from .suite import PROFILES_ALL, Selection, skip_reason
+    from .suite import PROFILES_ALL, REMOTE_DEFAULT, Selection, skip_reason
 
     cfg = metafunc.config
     remote = bool(cfg.getoption("--base-url"))
@@ -39,8 +38,8 @@ def pytest_generate_tests(metafunc: Any) -> None:
 def conform_env(request: Any) -> Any:
     from colibri.spec import load_spec
 
-    from .cli import REMOTE_DEFAULT, remote_target
-    from .suite import PROFILES_ALL, Selection
+    from .cli import remote_target
+    from .suite import PROFILES_ALL, REMOTE_DEFAULT, Selection
 
     cfg = request.config
     spec = load_spec()

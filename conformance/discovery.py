@@ -14,6 +14,11 @@ from colibri.spec.vectors import expand_model
 from .exchange import Exchange, TransportError
 from .runner import Result
 
+#: An id no server holds: the chaining probe asks for it.
+UNKNOWN_RESPONSE = "resp_00000000000000000000000000000000"
+#: Named checks that chain a child onto the response a vector created.
+CHAIN_CHECKS = {"responses_chain", "responses_chain_not_inherited", "responses_chain_cached"}
+
 #: probe name -> (endpoint, extra request fields, what it tells)
 PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "models": ("models", {}, "GET /v1/models lists models"),
@@ -24,6 +29,8 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "render": ("render", {}, "POST /v1/render (colibri extension) answers"),
     "systemone": ("systemone", {}, "POST /v1/systemone (System One decisions) answers"),
     "responses": ("responses", {}, "POST /v1/responses (OpenAI Responses) answers"),
+    "responses_chaining": ("responses", {"previous_response_id": UNKNOWN_RESPONSE},
+                           "POST /v1/responses looks up previous_response_id (an unknown one is not found)"),
     "streaming": ("chat", {"stream": True}, "chat streams as server-sent events"),
     "logprobs": ("chat", {"logprobs": True, "top_logprobs": 2}, "chat returns logprobs"),
     "tools": ("chat", {"tools": [{"type": "function", "function": {
@@ -70,7 +77,26 @@ class Finding:
 OPTIONAL_ENDPOINTS = {"render", "systemone", "responses"}
 
 
+def _chaining_state(ex: Exchange) -> tuple[str, str]:
+    """Looking the id up and not finding it (400 previous_response_not_found, or a 404) is
+    chaining served; another refusal says the field itself is not supported (llama-server:
+    400 "does not support 'previous_response_id'"); a 200 ignored the field."""
+    try:
+        code = (ex.json().get("error") or {}).get("code")
+    except (ValueError, AttributeError):
+        code = None
+    if ex.status == 404 or code == "previous_response_not_found":
+        return "served", f"an unknown id is not found ({ex.status})"
+    if 400 <= ex.status < 500:
+        return "refused", f"refused with {ex.status}"
+    if ex.status == 200:
+        return "ignored", "an unknown previous_response_id answered 200"
+    return "error", f"answers {ex.status}"
+
+
 def _state(name: str, ex: Exchange) -> tuple[str, str]:
+    if name == "responses_chaining":
+        return _chaining_state(ex)
     if ex.status in (404, 405, 501):
         return "absent", f"answers {ex.status}"
     if name in OPTIONAL_ENDPOINTS and ex.status >= 500:
@@ -145,9 +171,13 @@ class Capabilities:
         f = self.findings.get(probe) if probe else None
         if f is not None and f.state == "absent":
             return f
+        req = vector.request or {}
+        chains = vector.endpoint == "responses" and (
+            "previous_response_id" in req or bool(CHAIN_CHECKS & set(vector.expect.get("checks", []))))
+        if chains and (f := self.findings.get("responses_chaining")) is not None and f.state == "refused":
+            return f  # chaining refused by name: its rules, refusals included, are about a feature not offered
         if vector.refused:  # a refusal vector tests validation, which needs no feature
             return None
-        req = vector.request or {}
         wants = []
         if mode == "stream" or req.get("stream") is True:
             wants.append("streaming")

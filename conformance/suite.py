@@ -15,6 +15,8 @@ from .runner import Result, official_skip, run_vector
 
 PROFILES_ALL = ("openai", "strict", "anthropic", "logprobs", "tools", "reasoning", "streaming", "completions",
                 "operations", "continuation", "extensions", "systemone", "responses")
+#: The official contracts: what a run against a URL judges by unless --profile says otherwise.
+REMOTE_DEFAULT = ("openai", "anthropic", "systemone", "responses")
 OUTCOMES = ("PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "INCONCLUSIVE", "SKIPPED", "ERROR")
 #: Codes that mean "this server cleanly does not offer that" rather than "this server is wrong".
 UNSUPPORTED_CODES = {"unsupported_parameter", "unsupported_value", "unsupported_content_type", "unsupported_role"}
@@ -78,7 +80,7 @@ def variants(rule: Any, vector: Vector) -> list[tuple[str, Vector]]:
     req = vector.request or {}
     mode = "stream" if req.get("stream") else "unary"
     out = [(mode, vector)]
-    can_stream = vector.endpoint in ("chat", "completions", "messages") and vector.method == "POST"
+    can_stream = vector.endpoint in ("chat", "completions", "messages", "responses") and vector.method == "POST"
     # A rule whose checks depend on `stream` itself would change meaning in the twin.
     about_stream = any((c.get("requires") or c.get("conflicts") or {}).get("field") == "stream" for c in rule.checks)
     can_stream = can_stream and not about_stream

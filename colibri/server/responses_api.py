@@ -238,7 +238,7 @@ class ResponsesResource:
                 "status": "in_progress", "background": False, "error": None, "incomplete_details": None,
                 "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
                 "metadata": body.get("metadata") or {}, "model": self.svc.settings.model_id, "output": [],
-                "parallel_tool_calls": body.get("parallel_tool_calls", True),
+                "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
                 "previous_response_id": body.get("previous_response_id"),
                 "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
                 "store": body.get("store") is not False,
