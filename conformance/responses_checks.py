@@ -379,10 +379,13 @@ def responses_chain_not_inherited(ctx: CheckContext) -> None:
 
 
 def responses_chain_cached(ctx: CheckContext) -> None:
-    _, child = _child(ctx, "responses_chain_cached")
+    parent, child = _child(ctx, "responses_chain_cached")
+    used = parent.get("usage") or {}
+    want = (used.get("input_tokens") or 0) + (used.get("output_tokens") or 0) - 1
     cached = ((child.get("usage") or {}).get("input_tokens_details") or {}).get("cached_tokens")
-    if not (isinstance(cached, int) and cached > 0):
-        raise CheckFailure("responses_chain_cached", "cached_tokens above 0 in the child", child.get("usage"))
+    if not (isinstance(cached, int) and cached >= max(want, 1)):
+        raise CheckFailure("responses_chain_cached", f"cached_tokens >= {want} in the child (the parent's prompt and answer)",
+                           child.get("usage"))
 
 
 def responses_previous_not_found(ctx: CheckContext) -> None:

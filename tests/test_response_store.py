@@ -24,7 +24,7 @@ def test_resp_store_bounded_by_count_oldest_first():
 
 
 def test_resp_store_bounded_by_bytes_and_accounts_deletes():
-    one = len(json.dumps({"response": _resp("resp_a", "y" * 1000), "context": []}).encode())
+    one = len(json.dumps({"response": _resp("resp_a", "y" * 1000), "context": [], "tokens": []}).encode())
     store = ResponseStore(max_count=100, max_bytes=int(one * 2.5))
     for rid in ("resp_a", "resp_b", "resp_c"):
         store.put(_resp(rid, "y" * 1000), [])
@@ -92,3 +92,21 @@ def test_items_to_messages_groups_calls_and_attaches_reasoning():
         {"role": "tool", "tool_call_id": "c1", "content": "Sunny"},
         {"role": "assistant", "content": "It is sunny."},
     ]
+
+
+def test_a_child_prompt_keeps_its_parents_tokens():
+    """Service._after: the parent's tokens stay as they are when the prompt's text starts with
+    them, even where tokenizing the whole text afresh would merge across the boundary."""
+    svc = Service(Settings())
+    try:
+        model = svc.model
+        history = model.encode_pieces([("Hello wor", False)])  # an answer cut inside a word
+        whole = [("Hello world", False), ("<|user|>", True), ("\nAgain", False)]
+        ids = svc._after(history, whole)
+        assert ids is not None and ids[:len(history)] == history
+        assert ids[len(history):] == model.encode_pieces([("ld", False), ("<|user|>", True), ("\nAgain", False)])
+        assert model.encode_pieces(whole)[:len(history)] != history  # afresh, "world" is tokenized otherwise
+        assert svc._after(history, [("Goodbye", False)]) is None  # another text: tokenized afresh
+        assert svc._after([10**9], whole) is None  # not this model's tokens (a store from another model)
+    finally:
+        svc.close()

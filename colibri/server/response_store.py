@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ log = logging.getLogger("colibri.server")
 class Stored:
     response: dict[str, Any]  # the object the create call returned
     context: list[dict[str, Any]]  # items a child continues from: ancestors' and own input, then own output
-    size: int  # bytes of both as JSON
+    size: int  # bytes of all three as JSON
+    tokens: list[int] = field(default_factory=list)  # its prompt and generated tokens, as its KV slot holds them
 
 
 class ResponseStore:
@@ -45,9 +46,9 @@ class ResponseStore:
     def bytes(self) -> int:
         return self._bytes
 
-    def put(self, response: dict[str, Any], context: list[dict[str, Any]]) -> None:
-        text = json.dumps({"response": response, "context": context}, ensure_ascii=False)
-        entry = Stored(response, context, len(text.encode()))
+    def put(self, response: dict[str, Any], context: list[dict[str, Any]], tokens: list[int] | None = None) -> None:
+        text = json.dumps({"response": response, "context": context, "tokens": tokens or []}, ensure_ascii=False)
+        entry = Stored(response, context, len(text.encode()), list(tokens or []))
         rid = str(response["id"])
         with self._lock:
             self._drop(rid)
@@ -116,16 +117,18 @@ class ResponseStore:
                 if path.suffix != ".json":
                     raise ValueError("an unfinished write")
                 doc = json.loads(path.read_text(encoding="utf-8"))
-                response, context = doc["response"], doc["context"]
-                if not (isinstance(response, dict) and isinstance(context, list) and response.get("id") == path.stem):
+                response, context, tokens = doc["response"], doc["context"], doc.get("tokens", [])
+                if not (isinstance(response, dict) and isinstance(context, list) and response.get("id") == path.stem
+                        and isinstance(tokens, list) and all(isinstance(t, int) for t in tokens)):
                     raise ValueError("not a stored response")
-                found.append((response.get("created_at", 0), path.stat().st_mtime, response, context, path))
+                found.append((response.get("created_at", 0), path.stat().st_mtime, response, context, tokens, path))
             except (OSError, ValueError, KeyError, TypeError) as e:
                 log.warning("discarding %s: %s", path.name, e)
                 path.unlink(missing_ok=True)
-        for *_, response, context, path in sorted(found, key=lambda f: (f[0], f[1])):
-            size = len(json.dumps({"response": response, "context": context}, ensure_ascii=False).encode())
-            self._items[path.stem] = Stored(response, context, size)
+        for *_, response, context, tokens, path in sorted(found, key=lambda f: (f[0], f[1])):
+            size = len(json.dumps({"response": response, "context": context, "tokens": tokens},
+                                  ensure_ascii=False).encode())
+            self._items[path.stem] = Stored(response, context, size, tokens)
             self._bytes += size
         for rid in self._evict():  # the limits may be lower than when these were written
             self._unlink(rid)

@@ -191,16 +191,17 @@ class ResponsesResource:
         self.svc.validate("responses", body)
         parent_id = body.get("previous_response_id")
         inherited: list[dict[str, Any]] = []
+        history: list[int] = []
         if parent_id is not None:
             parent = self.svc.responses.get(parent_id)
             if parent is None:  # depends on the store, so not a table check (rule resp.previous.unknown)
                 raise error("previous_response_not_found", f"Previous response with id '{parent_id}' not found.",
                             param="previous_response_id", rule_id="resp.previous.unknown")
-            inherited = parent.context
+            inherited, history = parent.context, parent.tokens
         items = inherited + input_items(body)
         chat = chat_input(body, items)
         # A trailing assistant item is history here, never a turn to continue.
-        rendered, ids = self.svc.render(chat, continuation=False)
+        rendered, ids = self.svc.render(chat, continuation=False, history=history)
         max_new = self.svc.budget(ids, body.get("max_output_tokens"), "input")
         prefer = conversation_slot(chat.messages, self.svc.settings.kv_slots)  # ops.slot.choice
         task = self.svc.task(ids, body, request_id=req.context.request_id, max_new=max_new, slot=None, prefer=prefer)
@@ -217,7 +218,7 @@ class ResponsesResource:
             if o.finish_reason == "length":
                 out["incomplete_details"] = {"reason": "max_output_tokens"}
             if store:
-                self.svc.responses.put(out, items + fold.items)
+                self.svc.responses.put(out, items + fold.items, ids + [rec.token for rec, _, _ in gen.records])
             return out
 
         accepted = gen.start()

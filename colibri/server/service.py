@@ -91,18 +91,54 @@ class Service:
         if failure is not None:
             raise error(failure.code, failure.message, param=failure.param, rule_id=failure.rule_id)
 
-    def render(self, chat: ChatInput, *, continuation: bool = True) -> tuple[Rendered, list[int]]:
+    def render(self, chat: ChatInput, *, continuation: bool = True,
+               history: list[int] | None = None) -> tuple[Rendered, list[int]]:
         """The prompt text and its token ids; special-token text from the request stays text.
-        A trailing assistant turn is continued when the server allows it and `continuation`."""
+        A trailing assistant turn is continued when the server allows it and `continuation`.
+        `history` (the tokens a parent response's slot holds) is kept as it is when the
+        prompt's text begins with it."""
         literal = LiteralSpecials(self.model.special_texts)
         shielded = render_chat(self.family, self.template, literal.shield(chat),
                                continue_assistant=self.settings.continue_assistant and continuation,
                                template_tokens=self.model.template_tokens)
-        ids = self.model.encode_pieces(literal.pieces(shielded.text))
+        pieces = literal.pieces(shielded.text)
+        ids = (self._after(history, pieces) if history else None) or self.model.encode_pieces(pieces)
         rendered = replace(shielded, text=literal.restore(shielded.text),
                            tools_offered=literal.restore(shielded.tools_offered),
                            tool_choice=literal.restore(shielded.tool_choice))
         return rendered, ids
+
+    def _after(self, history: list[int], pieces: list[tuple[str, bool]]) -> list[int] | None:
+        """`history` followed by the tokens of the rest of the prompt, when the prompt's text
+        starts with the history's text; else None.
+
+        A chained response's prompt is its parent's prompt, the parent's answer and the new
+        turn. Tokenized afresh, the answer can merge with the text around it into other tokens
+        than the ones the model generated (BPE merges across that boundary), and the parent's
+        KV slot would then be reused only up to there. Keeping the generated tokens gives the
+        model its own words back and lets the slot serve the whole parent."""
+        model = self.model
+        if not all(0 <= t < len(model.token_bytes) for t in history):
+            return None
+        try:
+            head = b"".join(model.token_bytes[t] if t not in model.special_ids
+                            else (model.tokenizer.id_to_token(t) or "").encode() for t in history).decode("utf-8")
+        except UnicodeDecodeError:  # the history ends inside a character
+            return None
+        if not "".join(text for text, _ in pieces).startswith(head):
+            return None
+        rest: list[tuple[str, bool]] = []
+        at = 0
+        for text, control in pieces:
+            end = at + len(text)
+            if end > len(head):
+                if at < len(head):  # the history ends inside this piece
+                    if control:
+                        return None
+                    text = text[len(head) - at:]
+                rest.append((text, control))
+            at = end
+        return list(history) + model.encode_pieces(rest)
 
     def budget(self, prompt: list[int], requested: int | None, param: str) -> int:
         """Tokens the answer may have: the request's ceiling, clamped to the server's and to
