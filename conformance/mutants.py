@@ -300,7 +300,7 @@ MUTANTS: dict[str, tuple[Callable[[WSGIApp], WSGIApp], set[str]]] = {
     "responses-sequence-gap": (lambda a: _rewrite(a, response=_sse_response(_sequence_gap)), {"resp.stream.sequence"}),
     # previous_response_id lost on the way in: the child starts a new conversation
     "responses-chain-lost": (lambda a: _rewrite(a, request=_drop_keys("previous_response_id")),
-                             {"resp.previous.chain", "resp.previous.unknown",
+                             {"resp.previous.chain", "resp.previous.unknown", "resp.previous.prefix-reused",
                               "resp.request.fields"}),  # its generated previous_response_id type vectors
     "systemone-unnormalised": (lambda a: _rewrite(a, response=_json_response(_systemone_unnormalised)),
                                {"s1.choice.answer", "s1.score.answer", "s1.entropy"}),
