@@ -954,15 +954,16 @@ def stream_error_event(ctx: CheckContext) -> None:
 PRECONDITIONS = ("tool_call_made", "reasoning_made")
 
 
-#: Checks that need a live server process (sockets, restarts), run by the live-server tests.
+#: Checks that need a live server process (sockets, restarts) or a model of their own, run by
+#: the tests named in their descriptions.
 LIVE_ONLY = frozenset({"bound_to_loopback", "disconnect_cancels", "slow_client_dropped",
                        "prefix_reused_after_restart", "tool_parser_vectors", "full_pool_refused_at_once",
-                       "connection_cap_refused", "differential_agreement"})
+                       "connection_cap_refused", "differential_agreement", "template_refusal_named"})
 
 
 def _live_only(name: str) -> Callable[[CheckContext], None]:
     def check(ctx: CheckContext) -> None:
-        raise NotApplicable(f"{name} needs a live server process")
+        raise NotApplicable(f"{name} runs in its own test (a live server process or a model of its own)")
     return check
 
 

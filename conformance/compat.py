@@ -121,9 +121,14 @@ def _numerics_cell(name: str, numerics: dict[str, dict[str, Any]], link: str) ->
     n = numerics.get(name)
     if not n:
         return "— (no shared model)" if numerics else "—"
+    return f"[{n['verdict']}]({link}differential/{name}.md) {_numerics_detail(n)}"
+
+
+def _numerics_detail(n: dict[str, Any]) -> str:
     counts = ", ".join(f"{v} {k}" for k, v in n["counts"].items())
+    logprobs = f"; logprobs {n['logprobs']}" if n.get("logprobs") else ""
     template = f"; template {n['template']}" if n.get("template") else ""
-    return f"[{n['verdict']}]({link}differential/{name}.md) ({n['tolerance']}; {counts}{template})"
+    return f"({n['tolerance']}; {counts}{logprobs}{template})"
 
 
 def headline(runs: list[Run], link: str = "", numerics: dict[str, dict[str, Any]] | None = None) -> list[str]:
@@ -169,10 +174,13 @@ def readme(runs: list[Run], spec: Any, numerics: dict[str, dict[str, Any]] | Non
     if numerics:
         lines += ["", "Numerics: `colibri-conform differential` against colibri on the float32 weights "
                   "(bench/peers/differential.py; rules `diff.greedy.exact` and `diff.greedy.rounded`): the same "
-                  "greedy answers, or divergences only where the reference nearly tied. Servers without the "
-                  "shared model (canned answers, the embedded model) have no such column entry."]
-        lines += [f"Also compared: [{k}](differential/{k}.md): {v['verdict']} ({v['tolerance']}; "
-                  + ", ".join(f"{n} {o}" for o, n in v["counts"].items()) + ")." for k, v in extra.items()]
+                  "greedy answers, or divergences only where the reference nearly tied; `diff.logprobs.close`: "
+                  "the log probabilities along the shared tokens within the format's error; "
+                  "`diff.template.agrees`: the same rendered prompt. Servers without the shared model (canned "
+                  "answers, the embedded model) have no such column entry. SmolLM2's template has no tools, so "
+                  "the tool prompts run on the embedded model with its ChatML template (`*-tiny-chatml`)."]
+        lines += [f"Also compared: [{k}](differential/{k}.md): {v['verdict']} {_numerics_detail(v)}."
+                  for k, v in extra.items()]
     lines += ["", "The HTML matrix with every cell linked to its evidence: [html/index.html](html/index.html).",
               "Cells: pass, **FAIL** (a MUST broken), non-strict (a SHOULD missed), unsupported (refused cleanly",
               "or not served), inconclusive (the model did not do what a behaviour rule needs), · (not run: a",

@@ -1,6 +1,6 @@
 """colibri-conform differential: the same prompts, greedy, on servers that load the same model,
-each compared with a reference (rules diff.greedy.exact and diff.greedy.rounded,
-spec/95-differential.yaml).
+each compared with a reference (rules diff.greedy.exact, diff.greedy.rounded and
+diff.logprobs.close, spec/95-differential.yaml).
 
     colibri-conform differential --reference URL|inprocess:MODEL_PATH --base-url URL [--base-url URL ...]
         [--model ID] [--tolerance exact|rounded] [--json OUT] [--markdown OUT]
@@ -11,7 +11,10 @@ answers the same prompt through an endpoint that returns log probabilities with 
 alternatives (its chat endpoint, also for /v1/messages prompts: the same rendering), so where a
 target's text parts from the reference's, the reference says how close its own choice was at
 that token: the margin, in nats, between its token and the one the target wrote. A divergence
-at a near-tie is what rounding does; a divergence the reference was sure about is not.
+at a near-tie is what rounding does; a divergence the reference was sure about is not. Along
+the tokens both share, a target that serves log probabilities must give the reference's numbers
+within the tolerance's bound. Tool prompts (run where the model's template renders tools) are
+compared by their calls: the tool's name and its decoded arguments.
 """
 from __future__ import annotations
 
@@ -29,6 +32,12 @@ TOP = 20  # alternatives the reference reports per token (OpenAI's top_logprobs 
 #: Largest reference margin (nats) at which a divergence passes, per tolerance; the rule bodies
 #: in spec/95-differential.yaml give the measurements behind each.
 BOUNDS = {"exact": 0.01, "rounded": 0.5}
+#: Largest mean |reference - target| log probability (nats) along the tokens both answers share,
+#: per tolerance (rule diff.logprobs.close, whose body gives the measurements), and the fewest
+#: shared tokens such a mean is judged on (fewer leave it to one or two tokens).
+LOGPROB_BOUNDS = {"exact": 0.001, "rounded": 0.2}
+MIN_SHARED = 8
+LOGPROB_RULE = "diff.logprobs.close"
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "messages": "/v1/messages"}
 RULES = {"exact": "diff.greedy.exact", "rounded": "diff.greedy.rounded"}
 
@@ -39,6 +48,7 @@ class Reference:
     tokens: list[str] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top: list[list[tuple[str, float]]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)  # tool calls: name and decoded arguments
 
 
 def load_prompts(path: Path = PROMPTS_FILE) -> dict[str, Any]:
@@ -53,6 +63,8 @@ def _body(prompt: dict[str, Any], model: str, max_tokens: int, endpoint: str, lo
             body["logprobs"] = 5  # the legacy API's maximum
     else:
         body["messages"] = prompt["messages"]
+        if prompt.get("tools"):
+            body["tools"] = prompt["tools"]
         if logprobs:
             body |= {"logprobs": True, "top_logprobs": TOP}
     return body
@@ -72,11 +84,26 @@ def answer_text(endpoint: str, doc: dict[str, Any]) -> str:
     return str(choice.get("text") if endpoint == "completions" else (choice.get("message") or {}).get("content") or "")
 
 
+def calls_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat answer's tool calls as (name, arguments decoded from their JSON text): two servers
+    that agree on a call may still space its JSON differently."""
+    msg = ((doc.get("choices") or [{}])[0].get("message") or {})
+    out = []
+    for c in msg.get("tool_calls") or []:
+        fn = c.get("function") or {}
+        try:
+            args = json.loads(fn.get("arguments") or "")
+        except (TypeError, ValueError):
+            args = fn.get("arguments")
+        out.append({"name": fn.get("name"), "arguments": args})
+    return out
+
+
 def reference_answer(target: Any, prompt: dict[str, Any], model: str, max_tokens: int) -> Reference:
     """The reference's greedy answer with per-token log probabilities and alternatives."""
     endpoint = "completions" if prompt["endpoint"] == "completions" else "chat"
     doc = _send(target, endpoint, _body(prompt, model, max_tokens, endpoint, logprobs=True))
-    ref = Reference(answer_text(endpoint, doc))
+    ref = Reference(answer_text(endpoint, doc), calls=calls_of(doc) if endpoint == "chat" else [])
     lp = (doc.get("choices") or [{}])[0].get("logprobs") or {}
     if endpoint == "chat":
         for entry in lp.get("content") or []:
@@ -117,6 +144,47 @@ def logprob_differences(ref: Reference, endpoint: str, doc: dict[str, Any]) -> d
     if not diffs:
         return {}
     return {"logprob_diff": {"tokens": len(diffs), "mean_abs": sum(diffs) / len(diffs), "max_abs": max(diffs)}}
+
+
+def judge_logprobs(row: dict[str, Any], tolerance: str) -> dict[str, Any]:
+    """Rule diff.logprobs.close on one prompt: the mean |difference| along the shared tokens
+    against the tolerance's bound ({} when the target served no log probabilities)."""
+    d = row.get("logprob_diff")
+    if not d:
+        return {}
+    bound = LOGPROB_BOUNDS[tolerance]
+    if d["tokens"] < MIN_SHARED:
+        return {"logprobs": {"outcome": "INCONCLUSIVE", "why": f"only {d['tokens']} shared tokens (a mean is judged "
+                             f"on {MIN_SHARED} or more)"}}
+    ok = d["mean_abs"] <= bound
+    return {"logprobs": {"outcome": "PASS" if ok else "FAIL",
+                         "why": f"mean |diff| {d['mean_abs']:.4f} nats over {d['tokens']} shared tokens "
+                                f"{'<=' if ok else '>'} {bound}"}}
+
+
+def _fmt_calls(calls: list[dict[str, Any]]) -> str:
+    return "; ".join(f"{c['name']}({json.dumps(c['arguments'], ensure_ascii=False)})" for c in calls) or "no call"
+
+
+def compare_calls(ref: Reference, text: str, calls: list[dict[str, Any]], tolerance: str) -> dict[str, Any]:
+    """The verdict on a tool prompt's answer: the calls (name and decoded arguments) must be the
+    reference's. The reference serves no log probabilities over a call, so a difference has no
+    margin to weigh it: it fails where the weights and format are the same (exact) and is
+    inconclusive where rounding may have flipped a near-tie (rounded)."""
+    if calls == ref.calls:
+        if not calls:  # both answered in words: the text comparison applies
+            return compare(ref, text, BOUNDS[tolerance])
+        return {"outcome": "PASS", "why": f"the same call: {_fmt_calls(calls)}"}
+    evidence = {"reference_calls": ref.calls, "target_calls": calls, "target_continues": text[:120]}
+    if ref.calls and not calls and any(c["name"] and c["name"] in text for c in ref.calls):
+        return {"outcome": "INCONCLUSIVE", **evidence,
+                "why": f"the target wrote the call as text, not as a parsed call (no tool-call parser for this "
+                       f"model's format?); the reference called {_fmt_calls(ref.calls)}"}
+    why = f"the reference called {_fmt_calls(ref.calls)}, the target {_fmt_calls(calls)}"
+    if tolerance == "exact":
+        return {"outcome": "FAIL", **evidence, "why": why}
+    return {"outcome": "INCONCLUSIVE", **evidence, "why": why + " (no log probabilities over a call to weigh a "
+            "rounded divergence by)"}
 
 
 def compare(ref: Reference, text: str, bound: float) -> dict[str, Any]:
@@ -164,13 +232,15 @@ RENDER_ENDPOINTS = [
 ]
 
 
-def rendered(target: Any, model: str, messages: list[dict[str, Any]]) -> tuple[str, str | None, list[int] | None]:
-    """(endpoint, prompt text, token ids) the target shows for these messages; ("", None, None)
-    when it shows neither."""
+def rendered(target: Any, model: str, messages: list[dict[str, Any]],
+             tools: list[dict[str, Any]] | None = None) -> tuple[str, str | None, list[int] | None]:
+    """(endpoint, prompt text, token ids) the target shows for these messages (and tools, which
+    each of the three endpoints takes as the chat request does); ("", None, None) when it shows
+    neither."""
     for path, make, text_key, tokens_key in RENDER_ENDPOINTS:
+        body = make(model, messages) | ({"tools": tools} if tools else {})
         try:
-            ex = target.send("POST", path, json.dumps(make(model, messages)).encode(),
-                             {"Content-Type": "application/json"})
+            ex = target.send("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
             doc = ex.json() if ex.status == 200 else None
         except Exception:  # noqa: BLE001 - an endpoint the target lacks
             doc = None
@@ -178,6 +248,25 @@ def rendered(target: Any, model: str, messages: list[dict[str, Any]]) -> tuple[s
                                       or (tokens_key and isinstance(doc.get(tokens_key), list))):
             return path, doc.get(text_key) if text_key else None, doc.get(tokens_key) if tokens_key else None
     return "", None, None
+
+
+SKIP_TOOLS = "the model's template does not render tools (the reference's prompt is the same with and without them)"
+
+
+def template_ignores_tools(reference: Any, model: str, prompts: dict[str, Any]) -> bool:
+    """True when the reference's rendering of the first tool prompt is the same with and without
+    its tools: the model's own template has no place for them, so the tool prompts are skipped
+    (a reference that shows no rendering cannot tell; they run)."""
+    p = next((p for p in prompts["prompts"] if p.get("tools")), None)
+    if p is None:
+        return False
+    offered, bare = rendered(reference, model, p["messages"], p["tools"]), rendered(reference, model, p["messages"])
+    return bool(offered[0]) and offered[1:] == bare[1:]
+
+
+def _verdict(outcomes: list[str]) -> str:
+    return "FAIL" if "FAIL" in outcomes else "PASS" if "PASS" in outcomes else \
+        "INCONCLUSIVE" if "INCONCLUSIVE" in outcomes else outcomes[0] if outcomes else "UNSUPPORTED"
 
 
 def _first_difference(a: Any, b: Any) -> int:
@@ -190,14 +279,18 @@ def templates(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]
     """Per target and chat prompt: the target's rendered prompt (text or token ids) against the
     reference's, with the first difference and both renderings around it."""
     prompts = prompts or load_prompts()
+    skip_tools = template_ignores_tools(reference, ref_model, prompts)
     chats = [p for p in prompts["prompts"] if p["endpoint"] != "completions"]
-    refs = {p["id"]: rendered(reference, ref_model, p["messages"]) for p in chats}
+    refs = {p["id"]: rendered(reference, ref_model, p["messages"], p.get("tools")) for p in chats}
     out: dict[str, Any] = {"prompt_set_version": prompts["version"], "rule": "diff.template.agrees", "targets": {}}
     for name, target, model in targets:
         rows = []
         for p in chats:
+            if skip_tools and p.get("tools"):
+                rows.append({"prompt": p["id"], "outcome": "SKIPPED", "why": SKIP_TOOLS})
+                continue
             _, ref_text, ref_ids = refs[p["id"]]
-            path, text, ids = rendered(target, model, p["messages"])
+            path, text, ids = rendered(target, model, p["messages"], p.get("tools"))
             row: dict[str, Any] = {"prompt": p["id"], "endpoint": path}
             if not path:
                 row |= {"outcome": "UNSUPPORTED", "why": "the target shows no rendered prompt "
@@ -221,8 +314,7 @@ def templates(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]
                         "(text against token ids) and the reference lacks the other"}
             rows.append(row)
         outcomes = [r["outcome"] for r in rows]
-        verdict = "FAIL" if "FAIL" in outcomes else "PASS" if "PASS" in outcomes else outcomes[0]
-        out["targets"][name] = {"model": model, "verdict": verdict,
+        out["targets"][name] = {"model": model, "verdict": _verdict(outcomes),
                                 "counts": {o: outcomes.count(o) for o in sorted(set(outcomes))}, "prompts": rows}
     return out
 
@@ -232,12 +324,18 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
     """Compare each (name, target, model) with the reference over the prompt set."""
     prompts = prompts or load_prompts()
     n, bound = prompts["max_tokens"], BOUNDS[tolerance]
-    refs = {p["id"]: reference_answer(reference, p, ref_model, n) for p in prompts["prompts"]}
+    skip_tools = template_ignores_tools(reference, ref_model, prompts)
+    refs = {p["id"]: reference_answer(reference, p, ref_model, n) for p in prompts["prompts"]
+            if not (skip_tools and p.get("tools"))}
     out: dict[str, Any] = {"prompt_set_version": prompts["version"], "max_tokens": n, "tolerance": tolerance,
-                           "bound_nats": bound, "rule": RULES[tolerance], "targets": {}}
+                           "bound_nats": bound, "rule": RULES[tolerance], "logprob_rule": LOGPROB_RULE,
+                           "logprob_bound_nats": LOGPROB_BOUNDS[tolerance], "targets": {}}
     for name, target, model in targets:
         rows = []
         for p in prompts["prompts"]:
+            if p["id"] not in refs:
+                rows.append({"prompt": p["id"], "outcome": "SKIPPED", "why": SKIP_TOOLS})
+                continue
             ref = refs[p["id"]]
             try:
                 doc = _target_answer(target, p, model, n)
@@ -245,12 +343,16 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
                 rows.append({"prompt": p["id"], "outcome": "UNSUPPORTED", "why": str(e)[:300]})
                 continue
             text = answer_text(p["endpoint"], doc)
-            rows.append({"prompt": p["id"], "endpoint": p["endpoint"], "reference": ref.text, "target": text,
-                         **compare(ref, text, bound), **logprob_differences(ref, p["endpoint"], doc)})
+            verdict = compare_calls(ref, text, calls_of(doc), tolerance) if p.get("tools") else compare(ref, text, bound)
+            row = {"prompt": p["id"], "endpoint": p["endpoint"], "reference": ref.text, "target": text, **verdict,
+                   **logprob_differences(ref, p["endpoint"], doc)}
+            rows.append(row | judge_logprobs(row, tolerance))
         outcomes = [r["outcome"] for r in rows]
-        verdict = "FAIL" if "FAIL" in outcomes else "PASS" if "PASS" in outcomes else "INCONCLUSIVE"
-        out["targets"][name] = {"model": model, "verdict": verdict,
-                                "counts": {o: outcomes.count(o) for o in sorted(set(outcomes))}, "prompts": rows}
+        judged = [r["logprobs"]["outcome"] for r in rows if "logprobs" in r]
+        out["targets"][name] = {"model": model, "verdict": _verdict(outcomes),
+                                "counts": {o: outcomes.count(o) for o in sorted(set(outcomes))},
+                                "logprobs": _verdict(judged),
+                                "logprob_counts": {o: judged.count(o) for o in sorted(set(judged))}, "prompts": rows}
     return out
 
 
@@ -263,13 +365,17 @@ def markdown(report: dict[str, Any]) -> str:
         title = f"# Template agreement ({report['rule']}; prompt set v{report['prompt_set_version']})"
     lines = [title, ""]
     for name, t in report["targets"].items():
-        lines += [f"## {name}: {t['verdict']} {t['counts']}", "", "| prompt | outcome | why |", "|---|---|---|"]
+        lines += [f"## {name}: {t['verdict']} {t['counts']}", ""]
+        if "logprobs" in t:
+            lines += [f"Log probabilities ({report['logprob_rule']}, mean |diff| <= {report['logprob_bound_nats']} "
+                      f"nats over {MIN_SHARED}+ shared tokens): {t['logprobs']} {t['logprob_counts']}", ""]
+        lines += ["| prompt | outcome | why |", "|---|---|---|"]
         for r in t["prompts"]:
             why = r["why"].replace("|", "\\|").replace("\n", " ")
             if "logprob_diff" in r:
                 d = r["logprob_diff"]
                 why += (f" (log probabilities along the {d['tokens']} shared tokens: mean |diff| "
-                        f"{d['mean_abs']:.4f}, max {d['max_abs']:.4f})")
+                        f"{d['mean_abs']:.4f}, max {d['max_abs']:.4f}: {r['logprobs']['outcome']})")
             lines.append(f"| {r['prompt']} | {r['outcome']} | {why} |")
         lines.append("")
     return "\n".join(lines)
@@ -295,8 +401,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--base-url", action="append", required=True, help="a target server (repeatable)")
     ap.add_argument("--model", help="model id on the targets (default: the first each lists)")
     ap.add_argument("--tolerance", choices=sorted(BOUNDS), default="exact",
-                    help="exact: the same weights in the same format (rule diff.greedy.exact); rounded: quantized or "
-                         "lower-precision weights or arithmetic (diff.greedy.rounded). Default exact")
+                    help="exact: the same weights in the same format (rule diff.greedy.exact; log probabilities within "
+                         f"{LOGPROB_BOUNDS['exact']} nats); rounded: quantized or lower-precision weights or arithmetic "
+                         f"(diff.greedy.rounded; within {LOGPROB_BOUNDS['rounded']}). Default exact")
     ap.add_argument("--templates", action="store_true",
                     help="compare the rendered prompts instead (rule diff.template.agrees): /v1/render, "
                          "/apply-template or /tokenize on each target against the reference's /v1/render")
@@ -318,8 +425,11 @@ def main(argv: list[str]) -> int:
     if a.markdown:
         a.markdown.write_text(markdown(report))
     for name, t in report["targets"].items():
-        print(f"{name}: {t['verdict']} {t['counts']}", file=sys.stderr)
+        logprobs = f"; log probabilities {t['logprobs']} {t['logprob_counts']}" if "logprobs" in t else ""
+        print(f"{name}: {t['verdict']} {t['counts']}{logprobs}", file=sys.stderr)
         for r in t["prompts"]:
             if r["outcome"] != "PASS":
                 print(f"  {r['outcome']} {r['prompt']}: {r['why']}", file=sys.stderr)
-    return 1 if any(t["verdict"] == "FAIL" for t in report["targets"].values()) else 0
+            if r.get("logprobs", {}).get("outcome") == "FAIL":
+                print(f"  log probabilities FAIL {r['prompt']}: {r['logprobs']['why']}", file=sys.stderr)
+    return 1 if any("FAIL" in (t["verdict"], t.get("logprobs")) for t in report["targets"].values()) else 0

@@ -1,5 +1,6 @@
-"""colibri-conform differential (rules diff.greedy.exact, diff.greedy.rounded): the same model
-on two servers, compared token by token through the reference's own log probabilities."""
+"""colibri-conform differential (rules diff.greedy.exact, diff.greedy.rounded,
+diff.logprobs.close, diff.template.agrees): the same model on two servers, compared token by
+token through the reference's own log probabilities, and call by call on the tool prompts."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,18 @@ import pytest
 from colibri.model import Model
 from colibri.server.app import create_app
 from colibri.server.service import Service, Settings
-from conformance.differential import BOUNDS, Reference, answer_text, compare, load_prompts, markdown, run
+from conformance.differential import (
+    BOUNDS,
+    LOGPROB_BOUNDS,
+    Reference,
+    answer_text,
+    compare,
+    compare_calls,
+    judge_logprobs,
+    load_prompts,
+    markdown,
+    run,
+)
 from conformance.exchange import Exchange, InProcessTarget
 
 HOST = {"Host": "localhost"}
@@ -69,7 +81,12 @@ def test_diff_greedy_exact_a_server_against_itself_passes_every_prompt(colibri):
     report = run(colibri, "colibri-tiny", [("self", colibri, "colibri-tiny")], "exact")
     t = report["targets"]["self"]
     assert t["verdict"] == "PASS" and t["counts"] == {"PASS": len(load_prompts()["prompts"])}
-    assert report["prompt_set_version"] == 1 and report["rule"] == "diff.greedy.exact"
+    assert report["prompt_set_version"] == 2 and report["rule"] == "diff.greedy.exact"
+    # the embedded model's template renders tools, so the tool prompts ran and agree call for call
+    calls = [r for r in t["prompts"] if r["prompt"] == "tool-call"]
+    assert calls and calls[0]["why"].startswith("the same call: get_weather(")
+    # and every prompt served log probabilities equal to its own: the logprob rule passes
+    assert t["logprobs"] == "PASS" and report["logprob_rule"] == "diff.logprobs.close"
 
 
 def test_diff_greedy_rounded_a_server_writing_something_else_fails_with_evidence(colibri):
@@ -92,10 +109,10 @@ def test_the_matrix_shows_the_numerics_column_for_every_server():
 
     runs = [Run("llama-server", {"rules": [], "model": "smollm2"}, {"version": "b1"}),
             Run("mockllm", {"rules": [], "model": "gpt"}, {"version": "0.0.8"})]
-    numerics = {"llama-server": {"tolerance": "rounded", "verdict": "PASS", "counts": {"PASS": 8}}}
+    numerics = {"llama-server": {"tolerance": "rounded", "verdict": "PASS", "counts": {"PASS": 8}, "logprobs": "PASS"}}
     table = headline(runs, "docs/compat/", numerics)
     assert table[0].endswith("| numerics (differential) |")
-    assert "[PASS](docs/compat/differential/llama-server.md) (rounded; 8 PASS)" in table[2]
+    assert "[PASS](docs/compat/differential/llama-server.md) (rounded; 8 PASS; logprobs PASS)" in table[2]
     assert table[3].endswith("| — (no shared model) |")
 
 
@@ -149,3 +166,84 @@ def test_logprob_differences_along_the_shared_tokens_are_reported():
     d = logprob_differences(REF, "chat", doc)["logprob_diff"]
     assert d["tokens"] == 2 and d["mean_abs"] == pytest.approx(0.03) and d["max_abs"] == pytest.approx(0.05)
     assert logprob_differences(REF, "messages", {"content": []}) == {}
+
+
+def test_diff_logprobs_close_judges_the_mean_along_the_shared_tokens():
+    row = {"logprob_diff": {"tokens": 12, "mean_abs": 0.05, "max_abs": 0.3}}
+    assert judge_logprobs(row, "rounded")["logprobs"]["outcome"] == "PASS"  # a 4-bit file's size of error
+    assert judge_logprobs(row, "exact")["logprobs"]["outcome"] == "FAIL"  # far beyond float32 noise
+    assert "0.0500 nats over 12 shared tokens > 0.001" in judge_logprobs(row, "exact")["logprobs"]["why"]
+    far = {"logprob_diff": {"tokens": 12, "mean_abs": LOGPROB_BOUNDS["rounded"] + 0.01, "max_abs": 1.0}}
+    assert judge_logprobs(far, "rounded")["logprobs"]["outcome"] == "FAIL"
+    few = {"logprob_diff": {"tokens": 3, "mean_abs": 5.0, "max_abs": 5.0}}
+    assert judge_logprobs(few, "rounded")["logprobs"]["outcome"] == "INCONCLUSIVE"
+    assert judge_logprobs({}, "exact") == {}  # nothing served, nothing judged
+
+
+class ShiftedLogprobs:
+    """colibri answering as itself, with every chat log probability lowered by 0.3 nats (as
+    log probabilities taken after a penalty or another temperature would be)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def send(self, method, path, body=None, headers=None):
+        ex = self.inner.send(method, path, body, headers)
+        if path == "/v1/chat/completions" and ex.status == 200:
+            doc = ex.json()
+            for e in ((doc["choices"][0].get("logprobs") or {}).get("content") or []):
+                e["logprob"] -= 0.3
+            ex = Exchange(method, path, headers or {}, body, 200, {"content-type": "application/json"},
+                          json.dumps(doc).encode(), 0.0)
+        return ex
+
+
+def test_diff_logprobs_close_a_server_with_shifted_numbers_fails_while_its_text_passes(colibri):
+    report = run(colibri, "colibri-tiny", [("shifted", ShiftedLogprobs(colibri), "colibri-tiny")], "rounded")
+    t = report["targets"]["shifted"]
+    assert t["verdict"] == "PASS" and t["logprobs"] == "FAIL"  # same text, other numbers
+    bad = [r for r in t["prompts"] if r.get("logprobs", {}).get("outcome") == "FAIL"]
+    assert bad and all(r["logprob_diff"]["mean_abs"] == pytest.approx(0.3, abs=1e-6) for r in bad)
+    assert "Log probabilities (diff.logprobs.close" in markdown(report)
+
+
+CALL = [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+
+
+def test_diff_greedy_exact_tool_prompts_compare_calls_not_json_spacing():
+    ref = Reference("", calls=CALL)
+    assert compare_calls(ref, "", [{"name": "get_weather", "arguments": {"city": "Paris"}}], "exact")["outcome"] == "PASS"
+    other = compare_calls(ref, "", [{"name": "get_weather", "arguments": {"city": "Lyon"}}], "exact")
+    assert other["outcome"] == "FAIL" and other["target_calls"][0]["arguments"] == {"city": "Lyon"}
+    assert 'the reference called get_weather({"city": "Paris"})' in other["why"]
+    # rounded: no log probabilities over a call, so no margin to weigh the difference by
+    assert compare_calls(ref, "", other["target_calls"], "rounded")["outcome"] == "INCONCLUSIVE"
+    # the call written as text: a missing tool-call parser, not arithmetic
+    text = compare_calls(ref, '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>', [],
+                         "exact")
+    assert text["outcome"] == "INCONCLUSIVE" and "as text" in text["why"]
+
+
+class ToolBlind:
+    """colibri whose /v1/render ignores the tools it is offered (a template without tools)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def send(self, method, path, body=None, headers=None):
+        if path == "/v1/render" and body:
+            doc = json.loads(body)
+            doc.pop("tools", None)
+            body = json.dumps(doc).encode()
+        return self.inner.send(method, path, body, headers)
+
+
+def test_diff_greedy_rounded_tool_prompts_are_skipped_where_the_template_ignores_tools(colibri):
+    blind = ToolBlind(colibri)
+    tool_ids = {p["id"] for p in load_prompts()["prompts"] if p.get("tools")}
+    for report in (run(blind, "colibri-tiny", [("t", colibri, "colibri-tiny")], "rounded"),
+                   __import__("conformance.differential", fromlist=["templates"]).templates(
+                       blind, "colibri-tiny", [("t", colibri, "colibri-tiny")])):
+        rows = {r["prompt"]: r for r in report["targets"]["t"]["prompts"]}
+        assert {k for k, r in rows.items() if r["outcome"] == "SKIPPED"} == tool_ids
+        assert "does not render tools" in rows["tool-call"]["why"]

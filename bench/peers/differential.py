@@ -1,12 +1,16 @@
-"""The differential run over the peers that load SmolLM2-135M-Instruct (issue 18).
+"""The differential run over the peers that load the same model (issue 18).
 
     PYTHONPATH=. python bench/peers/differential.py [--only NAME ...] [--out reports/differential]
 
-Reference: colibri in-process on the float32 folder (`inprocess:`, weights as stored, F32
-arithmetic; its logits are checked against a float64 NumPy model in tests/). Each target is
-started in turn on a free port, compared with `colibri-conform differential` logic, and
-stopped by its own process group. The tolerance follows what the target computes with:
-`exact` for float32 weights and arithmetic, `rounded` for quantized GGUF files and bfloat16.
+Two groups, each with its reference: colibri in-process (`inprocess:`, weights as stored, F32
+arithmetic; its logits are checked against a float64 NumPy model in tests/)
+- on SmolLM2-135M-Instruct's float32 folder, for every peer that loads SmolLM2;
+- on the embedded model as a plain folder with its ChatML template (colibri-tiny-chatml, built
+  into the peers cache from the package), because SmolLM2's template has no tools: the tool
+  prompts need a template that renders them. vLLM reads its calls with the hermes parser.
+Each target is started in turn on a free port, compared with `colibri-conform differential`
+logic, and stopped by its own process group. The tolerance follows what the target computes
+with: `exact` for float32 weights and arithmetic, `rounded` for quantized GGUF files and bfloat16.
 Writes NAME.json and NAME.md per target and summary.json into --out (docs/compat/differential:
 the matrix's numerics column); then regenerate the matrix (`bench/peers/run.py --compat`, or
 `colibri-conform compat REPORTS --out docs/compat`).
@@ -16,15 +20,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cachedir import say  # noqa: E402
+from cachedir import say, step  # noqa: E402
 from catalog import ALIAS, COLIBRI_SMOLLM2, LLAMA_CPP_PYTHON, LLAMA_SERVER_PEER, TRANSFORMERS, VLLM, Peer  # noqa: E402
 from run import ensure_installed, serving  # noqa: E402
 from server_process import stop  # noqa: E402
-from smollm2 import HF_DIR  # noqa: E402
+from smollm2 import HF_DIR, MODEL_DIR  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -45,10 +50,50 @@ def _vllm_bf16_argv(port: int) -> list[str]:
 
 VLLM_BF16 = dataclasses.replace(VLLM, name="vllm-bf16", argv=_vllm_bf16_argv)
 
-#: target -> tolerance (what it computes with)
-TARGETS: list[tuple[Peer, str]] = [(COLIBRI_DIR, "exact"), (TRANSFORMERS, "exact"), (VLLM, "exact"),
-                                   (COLIBRI_SMOLLM2, "rounded"), (LLAMA_SERVER_PEER, "rounded"),
-                                   (LLAMA_CPP_PYTHON, "rounded"), (VLLM_BF16, "rounded")]
+TINY_DIR = MODEL_DIR / "colibri-tiny-chatml"
+TINY_ID = "colibri-tiny-chatml"
+
+
+def ensure_tiny_dir() -> Path:
+    """The embedded model as a folder other servers load: its weights, config and tokenizer as
+    shipped, the ChatML template as chat_template.jinja (tools as JSON in <tool_call> tags), a
+    tokenizer_config naming the fast tokenizer and <|im_end|>, and the two end ids."""
+    if (TINY_DIR / "chat_template.jinja").exists():
+        return TINY_DIR
+    src = ROOT / "colibri" / "models" / "tiny"
+    with step(f"model folder {TINY_DIR.name} (the embedded model, ChatML template)"):
+        partial = TINY_DIR.with_name(TINY_DIR.name + ".part")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        for name in ("config.json", "model.safetensors", "tokenizer.json"):
+            shutil.copyfile(src / name, partial / name)
+        shutil.copyfile(src / "chat_template.chatml.jinja", partial / "chat_template.jinja")
+        (partial / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|pad|>",
+            "model_max_length": 2048, "clean_up_tokenization_spaces": False}))
+        (partial / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 1]}))
+        shutil.rmtree(TINY_DIR, ignore_errors=True)
+        partial.rename(TINY_DIR)
+    return TINY_DIR
+
+
+COLIBRI_TINY = dataclasses.replace(
+    COLIBRI_DIR, name="colibri-tiny-chatml", model=TINY_ID, installed=lambda: TINY_DIR.exists(),
+    argv=lambda port: [sys.executable, "-m", "colibri.cli", "serve", "--port", str(port), "--model", str(TINY_DIR),
+                       "--model-id", TINY_ID, "--engine-threads", "2"])
+VLLM_TINY = dataclasses.replace(
+    VLLM, name="vllm-tiny-chatml", model=TINY_ID, installed=lambda: VLLM.installed() and TINY_DIR.exists(),
+    argv=lambda port: [VLLM.argv(port)[0], "serve", str(TINY_DIR), "--served-model-name", TINY_ID,
+                       "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--dtype", "float32",
+                       "--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
+
+#: reference model folder -> [(target, tolerance: what it computes with)]
+GROUPS: dict[Path, list[tuple[Peer, str]]] = {
+    HF_DIR: [(COLIBRI_DIR, "exact"), (TRANSFORMERS, "exact"), (VLLM, "exact"), (COLIBRI_SMOLLM2, "rounded"),
+             (LLAMA_SERVER_PEER, "rounded"), (LLAMA_CPP_PYTHON, "rounded"), (VLLM_BF16, "rounded")],
+    TINY_DIR: [(COLIBRI_TINY, "exact"), (VLLM_TINY, "exact")],
+}
+TARGETS = [t for group in GROUPS.values() for t in group]
 
 
 def main() -> int:
@@ -58,11 +103,16 @@ def main() -> int:
                     help="report folder (default: docs/compat/differential, where the matrix's numerics column reads)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    reference, ref_model = _reference_target(f"inprocess:{HF_DIR}", {})
     summary = {}
-    for peer, tolerance in TARGETS:
+    references: dict[Path, tuple[object, str]] = {}
+    for folder, peer, tolerance in [(f, p, t) for f, group in GROUPS.items() for p, t in group]:
         if args.only and peer.name not in args.only:
             continue
+        if folder == TINY_DIR:
+            ensure_tiny_dir()
+        if folder not in references:
+            references[folder] = _reference_target(f"inprocess:{folder}", {})
+        reference, ref_model = references[folder]
         ensure_installed(peer)
         proc, base, _ = serving(peer)
         try:
@@ -72,13 +122,14 @@ def main() -> int:
         finally:
             stop(proc)
             say(f"{peer.name}: stopped")
-        report["reference"] = f"colibri in-process on {HF_DIR.name} (float32)"
+        report["reference"] = f"colibri in-process on {folder.name} (float32)"
         (args.out / f"{peer.name}.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
         (args.out / f"{peer.name}.md").write_text(markdown(report) + "\n" + markdown(template_report))
         (args.out / f"{peer.name}.templates.json").write_text(json.dumps(template_report, indent=1,
                                                                           ensure_ascii=False) + "\n")
         t, tt = report["targets"][peer.name], template_report["targets"][peer.name]
         summary[peer.name] = {"tolerance": tolerance, "verdict": t["verdict"], "counts": t["counts"],
+                              "logprobs": t["logprobs"], "logprob_counts": t["logprob_counts"],
                               "template": tt["verdict"], "template_counts": tt["counts"]}
         say(f"{peer.name} template: {tt['verdict']} {tt['counts']}")
         say(f"{peer.name} ({tolerance}): {t['verdict']} {t['counts']}")

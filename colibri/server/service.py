@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..chat_template import TemplateRefusal
 from ..model import Model
 from ..spec import RequestValidator, Spec, load_spec
 from .errors import error
@@ -98,9 +99,13 @@ class Service:
         `history` (the tokens a parent response's slot holds) is kept as it is when the
         prompt's text begins with it."""
         literal = LiteralSpecials(self.model.special_texts)
-        shielded = render_chat(self.family, self.template, literal.shield(chat),
-                               continue_assistant=self.settings.continue_assistant and continuation,
-                               template_tokens=self.model.template_tokens)
+        try:
+            shielded = render_chat(self.family, self.template, literal.shield(chat),
+                                   continue_assistant=self.settings.continue_assistant and continuation,
+                                   template_tokens=self.model.template_tokens)
+        except TemplateRefusal as e:  # rule prompt.template.refusal
+            raise error("template_refused", f"The model's chat template refused these messages: "
+                        f"{literal.restore(str(e))}", param="messages") from None
         pieces = literal.pieces(shielded.text)
         ids = (self._after(history, pieces) if history else None) or self.model.encode_pieces(pieces)
         rendered = replace(shielded, text=literal.restore(shielded.text),
