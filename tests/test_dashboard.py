@@ -81,3 +81,59 @@ def test_dashboard_answers_its_question_and_shows_the_scheduler(tmp_path):
     assert panel["completed"] == "1"
     assert panel["finish reason"] == "stop"
     assert panel["completion tokens"] == "2"
+
+
+S1_STATE = """JSON.stringify({
+  answers: [...document.querySelectorAll(".s1-answer")].map(a => ({
+    name: a.querySelector("h3").textContent,
+    bars: [...a.querySelectorAll(".s1-bar")].map(b => [b.querySelector("span").textContent, Number(b.dataset.p),
+                                                      b.classList.contains("chosen"), b.lastChild.textContent]),
+    meta: a.querySelector(".s1-meta").textContent})),
+  error: document.getElementById("s1-error").hidden ? null : document.getElementById("s1-error").textContent,
+  curl: document.getElementById("s1-curl").textContent,
+  chatHidden: document.getElementById("page-chat").hidden,
+  errors: window.colibriErrors || ["no error log"],
+})"""
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
+def test_dashboard_system_one_page_shows_bars_that_sum_to_one_and_errors_in_place(tmp_path):
+    def wait(page, done):
+        deadline = time.monotonic() + 60
+        while True:
+            got = page.call("Runtime.evaluate", expression=S1_STATE, returnByValue=True)
+            if "value" in got["result"]:  # else the page is still loading (the elements are not there yet)
+                state = json.loads(got["result"]["value"])
+                if done(state):
+                    return state
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the page never got there: {got}")
+            time.sleep(0.2)
+
+    with live_server() as base:
+        page = Page(str(tmp_path))
+        try:
+            page.call("Page.navigate", url=f"{base}/ui/#systemone")
+            wait(page, lambda s: s["chatHidden"])
+            page.call("Runtime.evaluate", expression="document.querySelector('#s1-form button[type=submit]').click()")
+            state = wait(page, lambda s: len(s["answers"]) == 3)
+            # a score question without levels: the server's 400 shows in place, the page keeps working
+            page.call("Runtime.evaluate", expression="""
+                document.querySelectorAll('.s1-question')[1].querySelector('textarea').value = '';
+                document.querySelector('#s1-form button[type=submit]').click()""")
+            failed = wait(page, lambda s: s["error"] is not None)
+        finally:
+            page.close()
+    assert state["chatHidden"] and state["error"] is None and state["errors"] == []
+    assert [a["name"] for a in state["answers"]] == ["problem", "mood", "refund"]
+    for a in state["answers"]:
+        ps = [p for _, p, _, _ in a["bars"]]
+        assert abs(sum(ps) - 1) < 1e-4, a  # the bars of one answer sum to 100%
+        chosen = [i for i, (_, _, c, _) in enumerate(a["bars"]) if c]
+        assert chosen == [ps.index(max(ps))], a  # exactly one chosen bar: the most probable
+        assert "entropy" in a["meta"]
+    assert [b[0] for b in state["answers"][0]["bars"]] == ["late delivery", "damage", "billing"]
+    assert [b[0] for b in state["answers"][2]["bars"]] == ["true", "false"]
+    assert state["curl"].startswith(f"curl {base}/v1/systemone") and '"questions"' in state["curl"]
+    assert failed["error"].startswith("400 ") and "mood" in failed["error"]
+    assert failed["errors"] == []

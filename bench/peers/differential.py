@@ -25,8 +25,18 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cachedir import say, step  # noqa: E402
-from catalog import ALIAS, COLIBRI_SMOLLM2, LLAMA_CPP_PYTHON, LLAMA_SERVER_PEER, TRANSFORMERS, VLLM, Peer  # noqa: E402
+from cachedir import say, sh, step, venv_dir  # noqa: E402
+from catalog import (  # noqa: E402
+    ALIAS,
+    COLIBRI_SMOLLM2,
+    LLAMA_CPP_PYTHON,
+    LLAMA_SERVER,
+    LLAMA_SERVER_PEER,
+    TRANSFORMERS,
+    VLLM,
+    Peer,
+    working_dir,
+)
 from run import ensure_installed, serving  # noqa: E402
 from server_process import stop  # noqa: E402
 from smollm2 import HF_DIR, MODEL_DIR  # noqa: E402
@@ -51,6 +61,7 @@ def _vllm_bf16_argv(port: int) -> list[str]:
 VLLM_BF16 = dataclasses.replace(VLLM, name="vllm-bf16", argv=_vllm_bf16_argv)
 
 TINY_DIR = MODEL_DIR / "colibri-tiny-chatml"
+TINY_GGUF = MODEL_DIR / "colibri-tiny-chatml.F32.gguf"
 TINY_ID = "colibri-tiny-chatml"
 
 
@@ -77,6 +88,18 @@ def ensure_tiny_dir() -> Path:
     return TINY_DIR
 
 
+def ensure_tiny_gguf() -> Path:
+    """That folder as an F32 GGUF for llama.cpp (hf_to_gguf.py, in the transformers venv: gguf)."""
+    if TINY_GGUF.exists():
+        return TINY_GGUF
+    with step(f"model file {TINY_GGUF.name} (the embedded model as F32 GGUF)"):
+        partial = TINY_GGUF.with_suffix(".part")
+        sh([venv_dir("transformers") / "bin" / "python", Path(__file__).with_name("hf_to_gguf.py"), ensure_tiny_dir(),
+            partial], "model-install")
+        partial.rename(TINY_GGUF)
+    return TINY_GGUF
+
+
 COLIBRI_TINY = dataclasses.replace(
     COLIBRI_DIR, name="colibri-tiny-chatml", model=TINY_ID, installed=lambda: TINY_DIR.exists(),
     argv=lambda port: [sys.executable, "-m", "colibri.cli", "serve", "--port", str(port), "--model", str(TINY_DIR),
@@ -87,11 +110,34 @@ VLLM_TINY = dataclasses.replace(
                        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048", "--dtype", "float32",
                        "--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
 
+# llama.cpp keeps its KV cache in F16 whatever the weights: rounded arithmetic, hence `rounded`.
+LLAMA_SERVER_TINY = dataclasses.replace(
+    LLAMA_SERVER_PEER, name="llama-server-tiny-chatml", model=TINY_ID,
+    installed=lambda: LLAMA_SERVER_PEER.installed() and TINY_GGUF.exists(),
+    argv=lambda port: [str(LLAMA_SERVER), "-m", str(TINY_GGUF), "--alias", TINY_ID, "-c", "2048", "-np", "1", "-t", "2",
+                       "--jinja", "--host", "127.0.0.1", "--port", str(port)])
+
+
+def _transformers_tiny_argv(port: int) -> list[str]:
+    # transformers serve names the model by the path it is given: a link named like the model id
+    # in its working folder (as for SmolLM2 in catalog.py)
+    link = working_dir(TRANSFORMERS_TINY) / TINY_ID
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(TINY_DIR, target_is_directory=True)
+    return [*TRANSFORMERS.argv(port)[:-1], TINY_ID]
+
+
+TRANSFORMERS_TINY = dataclasses.replace(
+    TRANSFORMERS, name="transformers-tiny-chatml", model=TINY_ID, argv=_transformers_tiny_argv,
+    installed=lambda: TRANSFORMERS.installed() and TINY_DIR.exists())
+
 #: reference model folder -> [(target, tolerance: what it computes with)]
 GROUPS: dict[Path, list[tuple[Peer, str]]] = {
     HF_DIR: [(COLIBRI_DIR, "exact"), (TRANSFORMERS, "exact"), (VLLM, "exact"), (COLIBRI_SMOLLM2, "rounded"),
              (LLAMA_SERVER_PEER, "rounded"), (LLAMA_CPP_PYTHON, "rounded"), (VLLM_BF16, "rounded")],
-    TINY_DIR: [(COLIBRI_TINY, "exact"), (VLLM_TINY, "exact")],
+    TINY_DIR: [(COLIBRI_TINY, "exact"), (TRANSFORMERS_TINY, "exact"), (VLLM_TINY, "exact"),
+               (LLAMA_SERVER_TINY, "rounded")],
 }
 TARGETS = [t for group in GROUPS.values() for t in group]
 
@@ -110,6 +156,8 @@ def main() -> int:
             continue
         if folder == TINY_DIR:
             ensure_tiny_dir()
+            if peer is LLAMA_SERVER_TINY:
+                ensure_tiny_gguf()
         if folder not in references:
             references[folder] = _reference_target(f"inprocess:{folder}", {})
         reference, ref_model = references[folder]
