@@ -137,3 +137,27 @@ def test_dashboard_system_one_page_shows_bars_that_sum_to_one_and_errors_in_plac
     assert state["curl"].startswith(f"curl {base}/v1/systemone") and '"questions"' in state["curl"]
     assert failed["error"].startswith("400 ") and "mood" in failed["error"]
     assert failed["errors"] == []
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
+def test_dashboard_chat_shows_a_refusal_in_place_of_the_answer(tmp_path):
+    # a server with a key the page was not given: 401 in the answer's place, no page error
+    with live_server("--api-key", "k-dash") as base:
+        page = Page(str(tmp_path))
+        try:
+            page.call("Page.navigate", url=f"{base}/?q=hello")
+            deadline = time.monotonic() + 30
+            while True:
+                got = page.call("Runtime.evaluate", returnByValue=True, expression="""JSON.stringify({
+                    messages: [...document.querySelectorAll('.msg')].map(e => [e.className, e.textContent]),
+                    errors: window.colibriErrors, busy: document.querySelector('#ask button').disabled})""")
+                state = json.loads(got["result"].get("value") or "{}")
+                if any("error" in c for c, _ in state.get("messages", [])) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        finally:
+            page.close()
+    assert state["messages"][-1][0] == "msg error", state
+    assert state["messages"][-1][1].startswith("401 invalid_api_key: "), state
+    assert [c for c, _ in state["messages"]] == ["msg user", "msg error"]  # no empty bubble left behind
+    assert state["errors"] == [] and state["busy"] is False

@@ -78,17 +78,33 @@ async function send(text) {
     enable_thinking: document.getElementById("thinking").checked,
   };
   const started = performance.now();
-  const resp = await fetch("/v1/chat/completions", { method: "POST", headers: headers(), body: JSON.stringify(body) });
-  if (!resp.ok) {
-    const err = await resp.json();
+  const failed = (text) => {  // the error in place of the answer; the turn is not kept
+    think.remove();
     out.className = "msg error";
-    out.textContent = `${resp.status} ${err.error.code}: ${err.error.message}`;
+    out.textContent = text;
     messages.pop();
+  };
+  let resp;
+  try {
+    resp = await fetch("/v1/chat/completions", { method: "POST", headers: headers(), body: JSON.stringify(body) });
+  } catch (e) {
+    failed(`network error: ${e.message || e}`);
+    return;
+  }
+  if (!resp.ok) {
+    const raw = await resp.text();
+    let text = `${resp.status}: ${raw.slice(0, 300) || resp.statusText}`;
+    try {
+      const err = JSON.parse(raw).error;
+      text = `${resp.status} ${err.code ?? err.type}: ${err.message}`;
+    } catch { /* not JSON: the raw text says what happened */ }
+    failed(text);
     return;
   }
   const reader = resp.body.getReader();
   const decoder = new TextDecoder();
   let buffer = "", content = "", first = null, usage = null, finish = null;
+  try {
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
@@ -112,6 +128,10 @@ async function send(text) {
       }
     }
   }
+  } catch (e) {  // the connection broke mid-answer: keep what came, say what happened
+    failed(`${out.textContent}\n[stream broken: ${e.message || e}]`);
+    return;
+  }
   if (!think.textContent) think.remove();
   messages.push({ role: "assistant", content });
   const total = (performance.now() - started) / 1000;
@@ -129,7 +149,11 @@ async function send(text) {
 form.addEventListener("submit", (ev) => {
   ev.preventDefault();
   const prompt = document.getElementById("prompt");
+  const button = form.querySelector("button[type=submit]");
   const text = prompt.value.trim();
-  if (text) { prompt.value = ""; send(text); }
+  if (!text || button.disabled) return;  // one request at a time per conversation
+  prompt.value = "";
+  button.disabled = true;
+  send(text).finally(() => { button.disabled = false; });
 });
 init();
