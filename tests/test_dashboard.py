@@ -3,62 +3,18 @@ machine has Chromium): the page loads, asks the question of its ?q= link through
 streaming API, shows the answer, and fills the server panel from /health."""
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
-from live_server import free_port, live_server
-
-BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+from browser import BROWSER, Page
+from live_server import live_server
 
 STATE = """JSON.stringify({
   messages: [...document.querySelectorAll(".msg")].map(e => [e.className.slice(4), e.textContent]),
   cells: [...document.querySelectorAll("aside td")].map(e => e.textContent),
 })"""
-
-
-class Page:
-    """One tab of a headless Chromium, driven over its DevTools WebSocket."""
-
-    def __init__(self, profile: str):
-        import websocket
-
-        port = free_port()
-        self.proc = subprocess.Popen([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-                                      f"--remote-debugging-port={port}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                tabs = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=1))
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        page = next(t for t in tabs if t["type"] == "page")
-        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30)
-        self.n = 0
-
-    def call(self, method: str, **params):
-        self.n += 1
-        self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
-        while True:
-            reply = json.loads(self.ws.recv())
-            if reply.get("id") == self.n:
-                return reply.get("result")
-
-    def state(self) -> dict:
-        return json.loads(self.call("Runtime.evaluate", expression=STATE, returnByValue=True)["result"]["value"])
-
-    def close(self) -> None:
-        self.ws.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
@@ -69,7 +25,7 @@ def test_dashboard_answers_its_question_and_shows_the_scheduler(tmp_path):
             page.call("Page.navigate", url=f"{base}/?q={urllib.parse.quote('Repeat exactly: hello world')}")
             deadline = time.monotonic() + 60
             while True:  # until the reply is finished and a later /health refresh counted it
-                state = page.state()
+                state = page.value(STATE)
                 panel = dict(zip(state["cells"][::2], state["cells"][1::2], strict=False))
                 if panel.get("finish reason") and panel.get("completed") == "1" or time.monotonic() > deadline:
                     break
@@ -101,13 +57,11 @@ def test_dashboard_system_one_page_shows_bars_that_sum_to_one_and_errors_in_plac
     def wait(page, done):
         deadline = time.monotonic() + 60
         while True:
-            got = page.call("Runtime.evaluate", expression=S1_STATE, returnByValue=True)
-            if "value" in got["result"]:  # else the page is still loading (the elements are not there yet)
-                state = json.loads(got["result"]["value"])
-                if done(state):
-                    return state
+            state = page.value(S1_STATE)  # None while the page is still loading
+            if state is not None and done(state):
+                return state
             if time.monotonic() > deadline:
-                raise AssertionError(f"the page never got there: {got}")
+                raise AssertionError(f"the page never got there: {state}")
             time.sleep(0.2)
 
     with live_server() as base:
@@ -148,10 +102,9 @@ def test_dashboard_chat_shows_a_refusal_in_place_of_the_answer(tmp_path):
             page.call("Page.navigate", url=f"{base}/?q=hello")
             deadline = time.monotonic() + 30
             while True:
-                got = page.call("Runtime.evaluate", returnByValue=True, expression="""JSON.stringify({
+                state = page.value("""JSON.stringify({
                     messages: [...document.querySelectorAll('.msg')].map(e => [e.className, e.textContent]),
-                    errors: window.colibriErrors, busy: document.querySelector('#ask button').disabled})""")
-                state = json.loads(got["result"].get("value") or "{}")
+                    errors: window.colibriErrors, busy: document.querySelector('#ask button').disabled})""") or {}
                 if any("error" in c for c, _ in state.get("messages", [])) or time.monotonic() > deadline:
                     break
                 time.sleep(0.2)

@@ -1,6 +1,20 @@
 // A plain OpenAI-API client: streams /v1/chat/completions and keeps the conversation in memory;
 // beside it, the server's /health snapshot (refreshed every 2 s) and the last reply's numbers.
 const log = document.getElementById("log");
+
+// The theme: the system's unless chosen here (kept in this browser).
+const THEMES = ["system", "light", "dark"];
+function applyTheme(name) {
+  if (name === "system") delete document.documentElement.dataset.theme; else document.documentElement.dataset.theme = name;
+  document.getElementById("theme").textContent = `◐ ${name}`;
+}
+applyTheme(localStorage.getItem("colibri-theme") || "system");
+document.getElementById("theme").addEventListener("click", () => {
+  const now = localStorage.getItem("colibri-theme") || "system";
+  const next = THEMES[(THEMES.indexOf(now) + 1) % THEMES.length];
+  localStorage.setItem("colibri-theme", next);
+  applyTheme(next);
+});
 const form = document.getElementById("ask");
 const messages = [];
 let model = "colibri-tiny";
