@@ -3,6 +3,7 @@ machine has Chromium): the page loads, asks the question of its ?q= link through
 streaming API, shows the answer, and fills the server panel from /health."""
 from __future__ import annotations
 
+import json
 import time
 import urllib.parse
 import urllib.request
@@ -48,6 +49,7 @@ S1_STATE = """JSON.stringify({
   error: document.getElementById("s1-error").hidden ? null : document.getElementById("s1-error").textContent,
   curl: document.getElementById("s1-curl").textContent,
   chatHidden: document.getElementById("page-chat").hidden,
+  loaded: document.readyState === "complete",
   errors: window.colibriErrors || ["no error log"],
 })"""
 
@@ -68,7 +70,7 @@ def test_dashboard_system_one_page_shows_bars_that_sum_to_one_and_errors_in_plac
         page = Page(str(tmp_path))
         try:
             page.call("Page.navigate", url=f"{base}/ui/#systemone")
-            wait(page, lambda s: s["chatHidden"])
+            wait(page, lambda s: s["chatHidden"] and s["loaded"])
             page.call("Runtime.evaluate", expression="document.querySelector('#s1-form button[type=submit]').click()")
             state = wait(page, lambda s: len(s["answers"]) == 3)
             # a score question without levels: the server's 400 shows in place, the page keeps working
@@ -114,3 +116,51 @@ def test_dashboard_chat_shows_a_refusal_in_place_of_the_answer(tmp_path):
     assert state["messages"][-1][1].startswith("401 invalid_api_key: "), state
     assert [c for c, _ in state["messages"]] == ["msg user", "msg error"]  # no empty bubble left behind
     assert state["errors"] == [] and state["busy"] is False
+
+
+TURN = """JSON.stringify({
+  bubbles: [...document.querySelectorAll('#log .msg')].map(e => e.className),
+  reasoning: [...document.querySelectorAll('#log details.reasoning')].map(d => [d.open, d.querySelector('div').textContent]),
+  calls: [...document.querySelectorAll('#log .tool-call code')].map(c => c.textContent),
+  finish: [...document.querySelectorAll('#reply td')].map(e => e.textContent),
+  ready: !document.querySelector('#ask button[type=submit]').disabled,
+  errors: window.colibriErrors})"""
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
+def test_dashboard_chat_turn_with_reasoning_and_a_tool_call_then_its_result(tmp_path):
+    tools = json.dumps([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])
+    ask = """(text) => { document.getElementById('prompt').value = text;
+                         document.querySelector('#ask button[type=submit]').click(); }"""
+    with live_server() as base:
+        page = Page(str(tmp_path))
+        try:
+            page.call("Page.navigate", url=f"{base}/ui/")
+            deadline = time.monotonic() + 60
+            while page.value("JSON.stringify(document.readyState === 'complete')") is not True:
+                time.sleep(0.1)  # the modules have run: their listeners are on the form
+            page.call("Runtime.evaluate", expression=f"""
+                document.getElementById('thinking').checked = true;
+                document.getElementById('tools').value = {json.dumps(tools)};
+                ({ask})('What is the weather in Paris?')""")
+            while not ((state := page.value(TURN))["ready"] and "tool_calls" in state["finish"]):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            # the call's result goes with the next message, and that turn is answered too
+            page.call("Runtime.evaluate", expression=f"""
+                document.querySelector('#log .tool-call input').value = '{{"temp_c": 21}}';
+                ({ask})('Thanks!')""")
+            while len((after := page.value(TURN))["bubbles"]) < 4 or not after["ready"]:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            sent = page.value("JSON.stringify(null)")  # the page is still alive
+        finally:
+            page.close()
+    assert state["bubbles"] == ["msg user", "msg assistant"] and state["errors"] == []
+    assert state["reasoning"] and state["reasoning"][0][0] is False and state["reasoning"][0][1]  # shown, folded
+    assert len(state["calls"]) == 1 and state["calls"][0].startswith("get_weather({")
+    assert after["bubbles"] == ["msg user", "msg assistant", "msg user", "msg assistant"], after
+    assert after["errors"] == [] and sent is None
