@@ -250,18 +250,22 @@ def rendered(target: Any, model: str, messages: list[dict[str, Any]],
     return "", None, None
 
 
-SKIP_TOOLS = "the model's template does not render tools (the reference's prompt is the same with and without them)"
-
-
-def template_ignores_tools(reference: Any, model: str, prompts: dict[str, Any]) -> bool:
-    """True when the reference's rendering of the first tool prompt is the same with and without
-    its tools: the model's own template has no place for them, so the tool prompts are skipped
-    (a reference that shows no rendering cannot tell; they run)."""
+def tools_skipped(reference: Any, model: str, prompts: dict[str, Any]) -> str | None:
+    """Why the tool prompts are skipped, or None to run them: the model's own template has no
+    place for tools when the reference renders the first tool prompt the same with and without
+    them, or refuses them while it renders the bare messages (a reference that shows no
+    rendering cannot tell: they run)."""
     p = next((p for p in prompts["prompts"] if p.get("tools")), None)
     if p is None:
-        return False
+        return None
     offered, bare = rendered(reference, model, p["messages"], p["tools"]), rendered(reference, model, p["messages"])
-    return bool(offered[0]) and offered[1:] == bare[1:]
+    if not bare[0]:
+        return None
+    if not offered[0]:
+        return "the reference refuses tools for this model (its template has no place for them)"
+    if offered[1:] == bare[1:]:
+        return "the model's template does not render tools (the reference's prompt is the same with and without them)"
+    return None
 
 
 def _verdict(outcomes: list[str]) -> str:
@@ -279,7 +283,7 @@ def templates(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]
     """Per target and chat prompt: the target's rendered prompt (text or token ids) against the
     reference's, with the first difference and both renderings around it."""
     prompts = prompts or load_prompts()
-    skip_tools = template_ignores_tools(reference, ref_model, prompts)
+    skip_tools = tools_skipped(reference, ref_model, prompts)
     chats = [p for p in prompts["prompts"] if p["endpoint"] != "completions"]
     refs = {p["id"]: rendered(reference, ref_model, p["messages"], p.get("tools")) for p in chats}
     out: dict[str, Any] = {"prompt_set_version": prompts["version"], "rule": "diff.template.agrees", "targets": {}}
@@ -287,7 +291,7 @@ def templates(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]
         rows = []
         for p in chats:
             if skip_tools and p.get("tools"):
-                rows.append({"prompt": p["id"], "outcome": "SKIPPED", "why": SKIP_TOOLS})
+                rows.append({"prompt": p["id"], "outcome": "SKIPPED", "why": skip_tools})
                 continue
             _, ref_text, ref_ids = refs[p["id"]]
             path, text, ids = rendered(target, model, p["messages"], p.get("tools"))
@@ -324,7 +328,7 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
     """Compare each (name, target, model) with the reference over the prompt set."""
     prompts = prompts or load_prompts()
     n, bound = prompts["max_tokens"], BOUNDS[tolerance]
-    skip_tools = template_ignores_tools(reference, ref_model, prompts)
+    skip_tools = tools_skipped(reference, ref_model, prompts)
     refs = {p["id"]: reference_answer(reference, p, ref_model, n) for p in prompts["prompts"]
             if not (skip_tools and p.get("tools"))}
     out: dict[str, Any] = {"prompt_set_version": prompts["version"], "max_tokens": n, "tolerance": tolerance,
@@ -334,7 +338,7 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
         rows = []
         for p in prompts["prompts"]:
             if p["id"] not in refs:
-                rows.append({"prompt": p["id"], "outcome": "SKIPPED", "why": SKIP_TOOLS})
+                rows.append({"prompt": p["id"], "outcome": "SKIPPED", "why": skip_tools})
                 continue
             ref = refs[p["id"]]
             try:

@@ -247,3 +247,10 @@ def test_diff_greedy_rounded_tool_prompts_are_skipped_where_the_template_ignores
         rows = {r["prompt"]: r for r in report["targets"]["t"]["prompts"]}
         assert {k for k, r in rows.items() if r["outcome"] == "SKIPPED"} == tool_ids
         assert "does not render tools" in rows["tool-call"]["why"]
+    # a family without tools (SmolLM2's): the reference refuses them, so they are skipped too
+    plain = InProcessTarget(create_app(Service(Settings(kv_slots=1, family="chatml-text"), model=Model())), HOST)
+    rows = {r["prompt"]: r for r in run(plain, "colibri-tiny", [("t", plain, "colibri-tiny")], "exact")
+            ["targets"]["t"]["prompts"]}
+    assert {k for k, r in rows.items() if r["outcome"] == "SKIPPED"} == tool_ids
+    assert "refuses tools" in rows["tool-call"]["why"]
+    assert all(r["outcome"] == "PASS" for k, r in rows.items() if k not in tool_ids)
