@@ -235,12 +235,18 @@ def server_page(run: Run, explanations: dict[str, str]) -> tuple[str, list[str]]
     return "\n".join(lines), missing
 
 
-def matrix_html(runs: list[Run], spec: Any) -> str:
+def matrix_html(runs: list[Run], spec: Any, numerics: dict[str, dict[str, Any]] | None = None) -> str:
     colors = {"PASS": "#2e7d32", "FAIL": "#c62828", "NON-STRICT": "#ef6c00", "UNSUPPORTED": "#6a1b9a",
               "INCONCLUSIVE": "#5d4037", "ERROR": "#000"}
     head = "".join(f"<th><a href='{html.escape(r.name)}/index.html'>{html.escape(r.name)}</a><br>"
                    f"<small>{html.escape(str(r.meta.get('version', '')))}</small></th>" for r in runs)
     rows = []
+    if numerics:  # the differential run's verdict per server: the same column as README.md's
+        cells = "".join(
+            f"<td><a href='../differential/{html.escape(r.name)}.md'>{html.escape(numerics[r.name]['verdict'])}</a> "
+            f"<small>{html.escape(_numerics_detail(numerics[r.name]))}</small></td>" if r.name in numerics
+            else "<td>— <small>(no shared model)</small></td>" for r in runs)
+        rows.append(f"<tr><td>numerics (differential)</td><td></td>{cells}</tr>")
     for rule in spec.rules:
         cells = []
         for run in runs:
@@ -274,7 +280,7 @@ def write_compat(runs: list[Run], out: Path, explanations: dict[str, dict[str, s
                     "rules": {r["id"]: r["outcome"] for r in run.doc["rules"]}}
         (out / "verdicts" / f"{run.name}.json").write_text(json.dumps(verdicts, indent=1, sort_keys=True) + "\n")
     (out / "README.md").write_text(readme(runs, spec, load_numerics(out / "differential")))
-    (out / "html" / "index.html").write_text(matrix_html(runs, spec))
+    (out / "html" / "index.html").write_text(matrix_html(runs, spec, load_numerics(out / "differential")))
     return missing
 
 

@@ -114,6 +114,12 @@ def test_the_matrix_shows_the_numerics_column_for_every_server():
     assert table[0].endswith("| numerics (differential) |")
     assert "[PASS](docs/compat/differential/llama-server.md) (rounded; 8 PASS; logprobs PASS)" in table[2]
     assert table[3].endswith("| — (no shared model) |")
+    from colibri.spec import load_spec
+    from conformance.compat import matrix_html
+
+    page = matrix_html(runs, load_spec(), numerics)  # the HTML matrix carries the same row
+    assert "<td>numerics (differential)</td><td></td><td><a href='../differential/llama-server.md'>PASS</a>" in page
+    assert "<td>— <small>(no shared model)</small></td></tr>" in page
 
 
 def test_diff_template_agrees_a_server_against_itself(colibri):
