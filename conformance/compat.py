@@ -242,11 +242,11 @@ def matrix_html(runs: list[Run], spec: Any, numerics: dict[str, dict[str, Any]] 
                    f"<small>{html.escape(str(r.meta.get('version', '')))}</small></th>" for r in runs)
     rows = []
     if numerics:  # the differential run's verdict per server: the same column as README.md's
-        cells = "".join(
+        numeric = "".join(
             f"<td><a href='../differential/{html.escape(r.name)}.md'>{html.escape(numerics[r.name]['verdict'])}</a> "
             f"<small>{html.escape(_numerics_detail(numerics[r.name]))}</small></td>" if r.name in numerics
             else "<td>— <small>(no shared model)</small></td>" for r in runs)
-        rows.append(f"<tr><td>numerics (differential)</td><td></td>{cells}</tr>")
+        rows.append(f"<tr><td>numerics (differential)</td><td></td>{numeric}</tr>")
     for rule in spec.rules:
         cells = []
         for run in runs:
