@@ -4,7 +4,7 @@
 
 Starts `colibri serve` (the embedded model) on a free port and a headless Chromium (Debian:
 `apt-get install chromium`), fills each page the way a user would (the chat asks one question;
-System One decides its example), and writes PAGE-WIDTH-THEME.png. The theme comes from the
+System One decides its example; Spec searches and tries a vector), and writes PAGE-WIDTH-THEME.png. The theme comes from the
 emulated system setting, which the pages follow unless their theme button chose one.
 """
 from __future__ import annotations
@@ -20,11 +20,18 @@ sys.path.insert(0, str(ROOT / "tests"))
 from browser import BROWSER, Page  # noqa: E402
 from live_server import live_server  # noqa: E402
 
-#: page -> (address under the server, script that fills it, what says it is filled)
+#: page -> (address under the server, what says it can be filled, the script that fills it,
+#: what says it is filled)
 PAGES = {
-    "chat": ("/?q=Repeat%20exactly%3A%20hello%20world", "", "document.querySelectorAll('.msg.assistant').length > 0"),
-    "systemone": ("/ui/#systemone", "document.querySelector('#s1-form button[type=submit]').click()",
+    "chat": ("/?q=Repeat%20exactly%3A%20hello%20world", "true", "",
+             "document.querySelectorAll('.msg.assistant').length > 0"),
+    "systemone": ("/ui/#systemone", "true", "document.querySelector('#s1-form button[type=submit]').click()",
                   "document.querySelectorAll('.s1-answer').length > 0"),
+    "spec": ("/ui/#spec", "document.getElementById('spec-count').textContent.includes('rules')",
+             "const q = document.getElementById('spec-q'); q.value = 'req.temperature';"
+             "q.dispatchEvent(new Event('input')); document.querySelector('.spec-rule').open = true;"
+             "setTimeout(() => [...document.querySelectorAll('.spec-vector button')].find(b => !b.disabled).click(), 200)",
+             "[...document.querySelectorAll('.spec-out strong')].some(s => s.textContent !== 'sending…')"),
 }
 WIDTHS = {1400: 900, 375: 812}  # width -> height (a laptop, a phone)
 
@@ -40,7 +47,7 @@ def main() -> int:
     with live_server() as base:
         for theme in ("light", "dark"):
             for width, height in WIDTHS.items():
-                for name, (path, fill, filled) in PAGES.items():
+                for name, (path, ready, fill, filled) in PAGES.items():
                     page = Page(str(args.out / ".profile"))
                     try:
                         page.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
@@ -49,7 +56,7 @@ def main() -> int:
                                                                            "value": theme}])
                         page.call("Page.navigate", url=base + path)
                         deadline = time.monotonic() + 30
-                        while page.value("JSON.stringify(document.readyState === 'complete')") is not True:
+                        while page.value(f"JSON.stringify(document.readyState === 'complete' && {ready})") is not True:
                             if time.monotonic() > deadline:
                                 raise TimeoutError(f"{name} never loaded")
                             time.sleep(0.1)

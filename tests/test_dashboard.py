@@ -164,3 +164,59 @@ def test_dashboard_chat_turn_with_reasoning_and_a_tool_call_then_its_result(tmp_
     assert len(state["calls"]) == 1 and state["calls"][0].startswith("get_weather({")
     assert after["bubbles"] == ["msg user", "msg assistant", "msg user", "msg assistant"], after
     assert after["errors"] == [] and sent is None
+
+
+def test_spec_json_lists_every_rule_with_each_vectors_whole_request():
+    from colibri.server.app import build_app
+    from colibri.spec import load_spec
+    from conformance.exchange import InProcessTarget
+
+    ex = InProcessTarget(build_app(), {"Host": "localhost"}).send("GET", "/spec.json")
+    doc = ex.json()
+    spec = load_spec()
+    assert ex.status == 200 and ex.header("Content-Type").startswith("application/json")
+    assert [r["id"] for r in doc["rules"]] == [r.id for r in spec.rules] and doc["model"] == "colibri-tiny"
+    rule = next(r for r in doc["rules"] if r["id"] == "req.model.required")
+    v = next(v for v in rule["vectors"] if v["name"] == "gen-chat-required-model-null")
+    assert v["method"] == "POST" and v["path"] == "/v1/chat/completions" and v["not_here"] is None
+    assert "model" not in v["request"] and v["request"]["messages"]  # the endpoint's minimal request, model left out
+    assert v["expect"] == {"status": 400, "code": "missing_required_parameter", "param": "model"}
+    reasons = {v["not_here"].split(" ")[0] for r in doc["rules"] for v in r["vectors"] if v["not_here"]}
+    assert reasons == {"needs", "sends", "judged"}  # settings or placeholders, raw bodies, checks or JSON paths
+
+
+SPEC_STATE = """JSON.stringify({
+  loaded: document.readyState === "complete",
+  count: document.getElementById("spec-count").textContent,
+  rules: [...document.querySelectorAll(".spec-rule summary code")].map(c => c.textContent),
+  verdicts: [...document.querySelectorAll(".spec-out strong")].map(s => s.textContent),
+  disabled: [...document.querySelectorAll(".spec-vector button")].filter(b => b.disabled).map(b => b.title),
+  errors: window.colibriErrors})"""
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
+def test_dashboard_spec_page_searches_rules_and_tries_a_vector(tmp_path):
+    with live_server() as base:
+        page = Page(str(tmp_path))
+        try:
+            page.call("Page.navigate", url=f"{base}/ui/#spec")
+            deadline = time.monotonic() + 60
+            while not ((s := page.value(SPEC_STATE)) and s["loaded"] and "rules" in s["count"]):
+                assert time.monotonic() < deadline, s
+                time.sleep(0.2)
+            everything = s["count"]
+            page.call("Runtime.evaluate", expression="""
+                const q = document.getElementById('spec-q'); q.value = 'req.model.required';
+                q.dispatchEvent(new Event('input'));
+                document.querySelector('.spec-rule').open = true;""")
+            page.call("Runtime.evaluate", expression="""
+                [...document.querySelectorAll('.spec-vector button')].find(b => !b.disabled).click()""")
+            while not ((s := page.value(SPEC_STATE))["verdicts"]) or s["verdicts"][0] == "sending…":
+                assert time.monotonic() < deadline, s
+                time.sleep(0.2)
+        finally:
+            page.close()
+    assert everything.endswith("rules (first 60 shown)") and int(everything.split(" of ")[1].split()[0]) > 200
+    assert s["rules"] == ["req.model.required"] and s["count"].startswith("1 of ")
+    assert s["verdicts"][0] == "PASS", s  # sent from the page, judged by status, code and param
+    assert s["errors"] == []

@@ -21,7 +21,8 @@ function el(tag, props = {}, children = []) {
 
 // ---- the dock -------------------------------------------------------------------------------
 function showPage() {
-  const name = location.hash === "#systemone" ? "systemone" : "chat";
+  const asked = location.hash.slice(1);
+  const name = document.getElementById(`page-${asked}`) ? asked : "chat";
   for (const page of document.querySelectorAll(".page")) page.hidden = page.id !== `page-${name}`;
   for (const a of document.querySelectorAll("#dock a")) {
     if (a.dataset.page === name) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");

@@ -3,6 +3,7 @@ error handlers that turn every failure into the right envelope."""
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import uuid
 from typing import Any
@@ -259,6 +260,46 @@ class SpecPage:
         resp.content_type = "text/html; charset=utf-8"
 
 
+class SpecJson:
+    """/spec.json: the rule tables this server runs on, each vector with its whole request (the
+    endpoint's minimal request merged with the vector's, the served model filled in), for the
+    dashboard's Spec page. A vector a browser cannot send and judge by itself (server
+    settings, a raw or placeholder body, a named check) says why in `not_here`."""
+
+    def __init__(self, svc: Service):
+        self.svc = svc
+        self.doc: bytes | None = None
+
+    def _vector(self, v: Any) -> dict[str, Any]:
+        from ..spec.vectors import expand_model, request_for
+
+        spec, model = self.svc.spec, self.svc.settings.model_id
+        body = request_for(spec, v, model)
+        why = ("needs server settings " + ", ".join(sorted(v.server)) if v.server
+               else "sends a raw body" if v.raw_body is not None
+               else "needs a placeholder the suite expands" if "@long-prompt" in json_text(body)
+               else "judged by named checks: " + ", ".join(v.expect["checks"]) if v.expect.get("checks")
+               else "judged by JSON paths the suite reads" if v.expect.get("json") or v.expect.get("absent")
+               else None)
+        return {"name": v.name, "method": v.method, "path": expand_model(v.path or spec.endpoints[v.endpoint].path, model),
+                "headers": v.headers, "request": body, "expect": v.expect, "contract": v.contract,
+                "generated": v.generated, "not_here": why}
+
+    def on_get(self, req: Any, resp: Any) -> None:
+        if self.doc is None:
+            spec = self.svc.spec
+            rules = [{"id": r.id, "title": r.title, "level": r.level, "profiles": r.profiles, "topic": r.topic,
+                      "kind": r.kind, "endpoints": r.endpoints, "body": r.body, "source": r.source,
+                      "checks": r.checks, "vectors": [self._vector(v) for v in r.vectors]} for r in spec.rules]
+            self.doc = json.dumps({"model": self.svc.settings.model_id, "rules": rules}, ensure_ascii=False).encode()
+        resp.data = self.doc
+        resp.content_type = "application/json"
+
+
+def json_text(value: Any) -> str:
+    return json.dumps(value) if value is not None else ""
+
+
 def create_app(service: Service) -> falcon.App:
     """The WSGI app over an already built Service (tests pass one with fakes injected)."""
     s = service.settings
@@ -279,6 +320,7 @@ def create_app(service: Service) -> falcon.App:
     app.add_route("/metrics", Metrics(service))
     app.add_route("/openapi.json", OpenAPI())
     app.add_route("/spec", SpecPage(service))
+    app.add_route("/spec.json", SpecJson(service))
     web = data_dir("web")
     if web.is_dir():  # the dashboard: static files, no build step; falcon refuses traversal
         app.add_route("/", Home())
