@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from colibri.spec.model import Vector, deep_merge
-from colibri.spec.vectors import DEFAULT_SETTINGS, MODEL, expand_model, request_for
+from colibri.spec.vectors import DEFAULT_SETTINGS, LONG_PROMPT_PLACEHOLDER, MODEL, expand_model, request_for
 
 from .checks import LIVE_ONLY, CheckContext, CheckFailure, NotApplicable, counters, evaluate, invariants
 from .exchange import BodyNotJson, Exchange, TransportError
@@ -28,7 +28,7 @@ RAW_BODIES = {
 
 
 def _expand(value: Any) -> Any:
-    if value == "@long-prompt":
+    if value == LONG_PROMPT_PLACEHOLDER:
         return LONG_PROMPT
     if isinstance(value, list):
         return [_expand(v) for v in value]

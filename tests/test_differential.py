@@ -21,6 +21,7 @@ from conformance.differential import (
     load_prompts,
     markdown,
     run,
+    templates,
 )
 from conformance.exchange import Exchange, InProcessTarget
 
@@ -123,7 +124,6 @@ def test_the_matrix_shows_the_numerics_column_for_every_server():
 
 
 def test_diff_template_agrees_a_server_against_itself(colibri):
-    from conformance.differential import templates
 
     report = templates(colibri, "colibri-tiny", [("self", colibri, "colibri-tiny")])
     t = report["targets"]["self"]
@@ -147,7 +147,7 @@ class Renders:
 
 
 def test_diff_template_agrees_a_dropped_system_turn_fails_with_both_renderings(colibri):
-    from conformance.differential import rendered, templates
+    from conformance.differential import rendered
 
     def without_system(msgs):  # the reference's own text, its system turn cut out
         _, text, _ = rendered(colibri, "colibri-tiny", [m for m in msgs if m["role"] != "system"])
@@ -248,8 +248,7 @@ def test_diff_greedy_rounded_tool_prompts_are_skipped_where_the_template_ignores
     blind = ToolBlind(colibri)
     tool_ids = {p["id"] for p in load_prompts()["prompts"] if p.get("tools")}
     for report in (run(blind, "colibri-tiny", [("t", colibri, "colibri-tiny")], "rounded"),
-                   __import__("conformance.differential", fromlist=["templates"]).templates(
-                       blind, "colibri-tiny", [("t", colibri, "colibri-tiny")])):
+                   templates(blind, "colibri-tiny", [("t", colibri, "colibri-tiny")])):
         rows = {r["prompt"]: r for r in report["targets"]["t"]["prompts"]}
         assert {k for k, r in rows.items() if r["outcome"] == "SKIPPED"} == tool_ids
         assert "does not render tools" in rows["tool-call"]["why"]

@@ -3,7 +3,8 @@
 // tool calls are shown as calls (each with a field for its result, sent with the next turn).
 // Beside it: the server's /health snapshot (every 2 s while the tab is visible) and the last
 // reply's numbers. Every text from the model or the server is set as text, never as HTML.
-const $ = (id) => document.getElementById(id);
+import { $, apiHeaders as headers, el } from "./dom.js";
+
 const log = $("log");
 const form = $("ask");
 let messages = [];
@@ -23,17 +24,6 @@ $("theme").addEventListener("click", () => {
   localStorage.setItem("colibri-theme", next);
   applyTheme(next);
 });
-
-function headers() {
-  const key = $("key").value;
-  return key ? { "Content-Type": "application/json", Authorization: `Bearer ${key}` } : { "Content-Type": "application/json" };
-}
-
-function el(tag, props = {}, children = []) {
-  const node = Object.assign(document.createElement(tag), props);
-  node.append(...children);
-  return node;
-}
 
 function bubble(role, text = "") {
   const div = el("div", { className: `msg ${role}`, textContent: text });

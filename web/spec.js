@@ -3,24 +3,14 @@
 // that sends a vector's request to this server and judges the answer by what a browser can
 // see: the status, the error's type, code and param, and the expected headers. Vectors that
 // need server settings, a raw body or a named check say so and run in colibri-conform instead.
-const $ = (id) => document.getElementById(id);
+import { $, apiHeaders, el } from "./dom.js";
+
 const SHOWN = 60;  // rules drawn at once: refine the search to see others
 let rules = null;
 
-function el(tag, props = {}, children = []) {
-  const node = Object.assign(document.createElement(tag), props);
-  node.append(...children);
-  return node;
-}
-
-function headers() {
-  const key = $("key").value;
-  return key ? { Authorization: `Bearer ${key}` } : {};
-}
-
 async function load() {
   if (rules) return;
-  const resp = await fetch("/spec.json", { headers: headers() });
+  const resp = await fetch("/spec.json", { headers: apiHeaders({}) });
   if (!resp.ok) {
     $("spec-rules").replaceChildren(el("div", { className: "s1-error error", textContent: `${resp.status}: could not load /spec.json` }));
     return;
@@ -66,7 +56,7 @@ function judge(expect, status, text, got) {
 
 async function tryIt(v, out) {
   out.replaceChildren("sending…");
-  const init = { method: v.method, headers: { ...v.headers, ...headers() } };
+  const init = { method: v.method, headers: { ...v.headers, ...apiHeaders({}) } };
   if (v.request !== null) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(v.request);

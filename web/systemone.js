@@ -3,7 +3,8 @@
 // the chosen one, the confidence and the entropy that says how unsure the model is. The dock
 // switches between this page and the chat. Every text from the user or the server is set as
 // text, never parsed as HTML.
-const $ = (id) => document.getElementById(id);
+import { $, apiHeaders, el } from "./dom.js";
+
 const questions = $("s1-questions");
 const answers = $("s1-answers");
 const errorBox = $("s1-error");
@@ -12,12 +13,6 @@ const errorBox = $("s1-error");
 window.colibriErrors = [];
 window.addEventListener("error", (e) => window.colibriErrors.push(String(e.message)));
 window.addEventListener("unhandledrejection", (e) => window.colibriErrors.push(String(e.reason)));
-
-function el(tag, props = {}, children = []) {
-  const node = Object.assign(document.createElement(tag), props);
-  node.append(...children);
-  return node;
-}
 
 // ---- the dock -------------------------------------------------------------------------------
 function showPage() {
@@ -148,7 +143,7 @@ async function decide(ev) {
   ev.preventDefault();
   const button = ev.submitter || $("s1-form").querySelector("button[type=submit]");
   const key = $("key").value;
-  const headers = key ? { "Content-Type": "application/json", Authorization: `Bearer ${key}` } : { "Content-Type": "application/json" };
+  const headers = apiHeaders();
   button.disabled = true;  // one request at a time
   errorBox.hidden = true;
   try {

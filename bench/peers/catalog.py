@@ -72,12 +72,17 @@ COLIBRI = Peer(
 
 
 # colibri on the real model the other servers load: the same Q4_1 GGUF, read by its own reader.
+def colibri_argv(model: Path, model_id: str) -> Callable[[int], list[str]]:
+    """`colibri serve` on MODEL (a folder or GGUF file) under MODEL_ID, from the harness's environment."""
+    return lambda port: [sys.executable, "-m", "colibri.cli", "serve", "--port", str(port), "--model", str(model),
+                         "--model-id", model_id, "--engine-threads", "2"]
+
+
 COLIBRI_SMOLLM2 = Peer(
     name="colibri-smollm2",
     install=ensure_gguf,
     installed=lambda: GGUF.exists(),
-    argv=lambda port: [sys.executable, "-m", "colibri.cli", "serve", "--port", str(port), "--model", str(GGUF),
-                       "--model-id", ALIAS, "--engine-threads", "2"],
+    argv=colibri_argv(GGUF, ALIAS),
     model=ALIAS,
     version=_colibri_version,
     ready_path="/health",

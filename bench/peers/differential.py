@@ -35,6 +35,7 @@ from catalog import (  # noqa: E402
     TRANSFORMERS,
     VLLM,
     Peer,
+    colibri_argv,
     working_dir,
 )
 from run import ensure_installed, serving  # noqa: E402
@@ -48,8 +49,7 @@ from conformance.exchange import HttpTarget  # noqa: E402
 
 COLIBRI_DIR = dataclasses.replace(
     COLIBRI_SMOLLM2, name="colibri-f32-dir",
-    argv=lambda port: [sys.executable, "-m", "colibri.cli", "serve", "--port", str(port), "--model", str(HF_DIR),
-                       "--model-id", ALIAS, "--engine-threads", "2"],
+    argv=colibri_argv(HF_DIR, ALIAS),
     installed=lambda: (HF_DIR / "model.safetensors").exists())
 
 
@@ -102,8 +102,7 @@ def ensure_tiny_gguf() -> Path:
 
 COLIBRI_TINY = dataclasses.replace(
     COLIBRI_DIR, name="colibri-tiny-chatml", model=TINY_ID, installed=lambda: TINY_DIR.exists(),
-    argv=lambda port: [sys.executable, "-m", "colibri.cli", "serve", "--port", str(port), "--model", str(TINY_DIR),
-                       "--model-id", TINY_ID, "--engine-threads", "2"])
+    argv=colibri_argv(TINY_DIR, TINY_ID))
 VLLM_TINY = dataclasses.replace(
     VLLM, name="vllm-tiny-chatml", model=TINY_ID, installed=lambda: VLLM.installed() and TINY_DIR.exists(),
     argv=lambda port: [VLLM.argv(port)[0], "serve", str(TINY_DIR), "--served-model-name", TINY_ID,

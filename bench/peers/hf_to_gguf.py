@@ -49,8 +49,9 @@ def main(src: Path, out: Path) -> None:
     w.add_rope_dimension_count(head_dim)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    vocab = {t: i for t, i in tok["model"]["vocab"].items()}
+    vocab = tok["model"]["vocab"]
     added = {a["id"]: a for a in tok["added_tokens"]}
+    special = {a["content"]: i for i, a in added.items()}
     size = max([*vocab.values(), *added]) + 1
     tokens, types = [""] * size, [gguf.TokenType.NORMAL] * size
     for text, i in vocab.items():
@@ -66,9 +67,8 @@ def main(src: Path, out: Path) -> None:
     w.add_token_types(types)
     w.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tok["model"]["merges"]])
     w.add_add_bos_token(False)
-    w.add_eos_token_id(tok["model"]["vocab"].get("<|im_end|>", next(i for i, a in added.items()
-                                                                   if a["content"] == "<|im_end|>")))
-    w.add_pad_token_id(next(i for i, a in added.items() if a["content"] == "<|pad|>"))
+    w.add_eos_token_id(special["<|im_end|>"])
+    w.add_pad_token_id(special["<|pad|>"])
     w.add_chat_template(template)
 
     def put(name: str, array: np.ndarray) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import falcon
 
 from ..paths import data_dir
+from ..spec.vectors import LONG_PROMPT_PLACEHOLDER, expand_model, request_for
 from .anthropic_api import MessagesResource
 from .errors import ApiError, error
 from .openai_api import ChatResource, CompletionsResource, RenderResource, dumps
@@ -271,13 +272,11 @@ class SpecJson:
         self.doc: bytes | None = None
 
     def _vector(self, v: Any) -> dict[str, Any]:
-        from ..spec.vectors import expand_model, request_for
-
         spec, model = self.svc.spec, self.svc.settings.model_id
         body = request_for(spec, v, model)
         why = ("needs server settings " + ", ".join(sorted(v.server)) if v.server
                else "sends a raw body" if v.raw_body is not None
-               else "needs a placeholder the suite expands" if "@long-prompt" in json_text(body)
+               else "needs a placeholder the suite expands" if LONG_PROMPT_PLACEHOLDER in json.dumps(body)
                else "judged by named checks: " + ", ".join(v.expect["checks"]) if v.expect.get("checks")
                else "judged by JSON paths the suite reads" if v.expect.get("json") or v.expect.get("absent")
                else None)
@@ -294,10 +293,6 @@ class SpecJson:
             self.doc = json.dumps({"model": self.svc.settings.model_id, "rules": rules}, ensure_ascii=False).encode()
         resp.data = self.doc
         resp.content_type = "application/json"
-
-
-def json_text(value: Any) -> str:
-    return json.dumps(value) if value is not None else ""
 
 
 def create_app(service: Service) -> falcon.App:

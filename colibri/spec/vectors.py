@@ -25,6 +25,8 @@ DEFAULT_SETTINGS: dict[str, Any] = {
 #: Stands for the served model's id in vectors: the target's model when the suite runs against
 #: a server, the default setting elsewhere (validators, docs, diff).
 MODEL = "@model"
+#: Stands for a prompt too long to write in YAML; the suite's runner expands it.
+LONG_PROMPT_PLACEHOLDER = "@long-prompt"
 
 
 def expand_model(value: Any, model: str) -> Any:
