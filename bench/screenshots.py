@@ -4,13 +4,16 @@
 
 Starts `colibri serve` (the embedded model) on a free port and a headless Chromium (Debian:
 `apt-get install chromium`), fills each page the way a user would (the chat asks one question;
-System One decides its example; Spec searches and tries a vector), and writes PAGE-WIDTH-THEME.png. The theme comes from the
-emulated system setting, which the pages follow unless their theme button chose one.
+System One decides its example; Profiling draws the turns those made; Spec searches and tries
+a vector; Reports opens a report colibri-conform just wrote against the same server), and
+writes PAGE-WIDTH-THEME.png. The theme comes from the emulated system setting, which the pages
+follow unless their theme button chose one.
 """
 from __future__ import annotations
 
 import argparse
 import base64
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,11 +30,13 @@ PAGES = {
              "document.querySelectorAll('.msg.assistant').length > 0"),
     "systemone": ("/ui/#systemone", "true", "document.querySelector('#s1-form button[type=submit]').click()",
                   "document.querySelectorAll('.s1-answer').length > 0"),
+    "profile": ("/ui/#profile", "true", "", "document.querySelectorAll('#prof-phases rect').length > 0"),
     "spec": ("/ui/#spec", "document.getElementById('spec-count').textContent.includes('rules')",
              "const q = document.getElementById('spec-q'); q.value = 'req.temperature';"
              "q.dispatchEvent(new Event('input')); document.querySelector('.spec-rule').open = true;"
              "setTimeout(() => [...document.querySelectorAll('.spec-vector button')].find(b => !b.disabled).click(), 200)",
              "[...document.querySelectorAll('.spec-out strong')].some(s => s.textContent !== 'sending…')"),
+    "reports": ("/ui/#reports", "true", "", "document.querySelectorAll('.rep-rule').length > 0"),
 }
 WIDTHS = {1400: 900, 375: 812}  # width -> height (a laptop, a phone)
 
@@ -45,6 +50,9 @@ def main() -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     with live_server() as base:
+        report = args.out / "report.json"  # a short real run for the Reports page
+        subprocess.run([sys.executable, "-m", "conformance.cli", "--base-url", base, "--rule", "req.", "--rule", "ops.", "--profile", "strict", "--profile", "operations",
+                        "--strict", "--json", str(report), "-q"], check=False, cwd=ROOT)
         for theme in ("light", "dark"):
             for width, height in WIDTHS.items():
                 for name, (path, ready, fill, filled) in PAGES.items():
@@ -62,6 +70,10 @@ def main() -> int:
                             time.sleep(0.1)
                         if fill:
                             page.call("Runtime.evaluate", expression=fill)
+                        if name == "reports":
+                            node = page.call("Runtime.evaluate", expression="document.getElementById('rep-file')")
+                            page.call("DOM.enable")
+                            page.call("DOM.setFileInputFiles", files=[str(report)], objectId=node["result"]["objectId"])
                         while page.value(f"JSON.stringify({filled})") is not True:
                             if time.monotonic() > deadline:
                                 raise TimeoutError(f"{name} never filled")

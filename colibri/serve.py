@@ -41,6 +41,8 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
      "stored /v1/responses objects kept for GET and previous_response_id; the oldest are evicted first"),
     ("--responses-max-bytes", "COLI_RESPONSES_MAX_BYTES", int, 64 * 1024 * 1024,
      "bytes the stored responses may take (kept beside the KV files with --kv-dir)"),
+    ("--profile-turns", "COLI_PROFILE_TURNS", int, 256,
+     "finished turns whose phase times GET /profile keeps (the dashboard's Profiling page); 0 records none"),
     ("--debug-step-delay", "COLI_DEBUG_STEP_DELAY", float, 0.0,
      "testing aid: sleep this many seconds before every engine step (to exercise queueing and cancellation)"),
 ]
@@ -80,7 +82,8 @@ def settings_from(args: argparse.Namespace) -> Any:
                     host=args.host, port=int(args.port), n_threads=int(args.engine_threads),
                     keepalive_seconds=float(args.keepalive), step_delay=float(args.debug_step_delay),
                     kv_dir=args.kv_dir or None, dequantize=bool(args.dequantize),
-                    responses_max=int(args.responses_max), responses_max_bytes=int(args.responses_max_bytes))
+                    responses_max=int(args.responses_max), responses_max_bytes=int(args.responses_max_bytes),
+                    profile_turns=int(args.profile_turns))
 
 
 SPARE_THREADS = 4  # for /health, /metrics, static files and refusals while every slot and queue place is taken
@@ -125,6 +128,8 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--threads must be at least 1, not {args.threads}"
     if int(args.max_client_connections) < 1:
         return f"--max-client-connections must be at least 1, not {args.max_client_connections}"
+    if int(args.profile_turns) < 0:
+        return f"--profile-turns must be 0 or more, not {args.profile_turns}"
     return None
 
 

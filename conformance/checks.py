@@ -667,6 +667,35 @@ def metrics_unchanged(ctx: CheckContext) -> None:
         raise CheckFailure("metrics_unchanged", ctx.before.get("counters"), after)
 
 
+def profile_turns(ctx: CheckContext) -> None:
+    """Send one chat turn, read /profile again: that turn is the newest, with the id and the
+    counts its own response gave (timings are only checked for sign: they are noise)."""
+    chat = ctx.spec.endpoints["chat"]
+    body = {"model": _model(ctx), "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": "Repeat exactly: profile me"}]}
+    sent = ctx.target.send("POST", chat.path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    if sent.status != 200:
+        raise NotApplicable(f"the chat turn to profile answered {sent.status}")
+    usage = sent.json().get("usage") or {}
+    doc = ctx.target.send("GET", ctx.spec.endpoints["profile"].path, None, {}).json()
+    turns = doc.get("turns") or []
+    if len(turns) > doc.get("capacity", 0):
+        raise CheckFailure("profile_turns", f"at most {doc.get('capacity')} turns", len(turns))
+    if not turns:
+        raise CheckFailure("profile_turns", "the chat turn just sent", "no turn")
+    last = turns[-1]
+    want = {"request_id": sent.header("x-request-id"), "endpoint": chat.path, "outcome": "completed",
+            "prompt": usage.get("prompt_tokens"), "completion": usage.get("completion_tokens"),
+            "cached": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)}
+    got = {"request_id": last.get("request_id"), "endpoint": last.get("endpoint"), "outcome": last.get("outcome"),
+           **(last.get("tokens") or {})}
+    if got != want:
+        raise CheckFailure("profile_turns", want, got)
+    negative = {k: v for k, v in (last.get("seconds") or {}).items() if v is not None and v < 0}
+    if negative:
+        raise CheckFailure("profile_turns", "no negative phase time", negative)
+
+
 def tool_names_declared(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
     if not a.tool_calls:
@@ -973,7 +1002,7 @@ CHECKS: dict[str, Callable[[CheckContext], None]] = {f.__name__: f for f in (
     stream_equals_unary, anthropic_event_order, reasoning_not_in_content, request_id_header,
     prompt_has_required_instruction, prompt_forced_tool_applied, reasoning_present, reasoning_absent,
     continuation_not_repeated, prompt_ends_with_generation_cue, prompt_specials_literal, no_replacement_char, keepalive_seen, repeatable,
-    scheduler_accounting, metrics_series, metrics_unchanged, tool_names_declared, model_listed,
+    scheduler_accounting, metrics_series, metrics_unchanged, profile_turns, tool_names_declared, model_listed,
     finish_matches_usage, budget_respected, stop_truncates, tool_call_made, reasoning_made, stream_one_id,
     stream_error_event, finish_consistent, systemone_complete, systemone_choice, systemone_score, systemone_noul,
     systemone_entropy, systemone_usage, systemone_prefix_reused, systemone_labels)}

@@ -238,8 +238,13 @@ def cmd_matrix(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="colibri-conform matrix", description="several JSON reports side by side")
     p.add_argument("reports", nargs="+")
     p.add_argument("--markdown", help="write the table here (default: stdout)")
+    p.add_argument("--html", help="write the matrix as a page into this folder (the dashboard's report renderer)")
     a = p.parse_args(argv)
     docs = [json.loads(Path(r).read_text()) for r in a.reports]
+    if a.html:
+        from .report import write_html
+
+        write_html(docs, Path(a.html))
     ids = list(dict.fromkeys(r["id"] for d in docs for r in d["rules"]))
     table = ["| rule | " + " | ".join(d["target"] for d in docs) + " |", "|---|" + "---|" * len(docs)]
     for rid in ids:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,8 +256,8 @@ def matrix_html(runs: list[Run], spec: Any, numerics: dict[str, dict[str, Any]] 
                 cells.append("<td>·</td>")
                 continue
             text = f"<span style='color:{colors[o]}'>{o}</span>"
-            page = Path(run.name) / "evidence" / f"{rule.id}.html"
-            cells.append(f"<td><a href='{html.escape(str(page))}'>{text}</a></td>" if o != "PASS" else f"<td>{text}</td>")
+            page = f"{run.name}/index.html#{rule.id}"  # the run's page opens that rule
+            cells.append(f"<td><a href='{html.escape(page)}'>{text}</a></td>" if o != "PASS" else f"<td>{text}</td>")
         if any(c != "<td>·</td>" for c in cells):
             rows.append(f"<tr><td><code>{html.escape(rule.id)}</code></td><td>{rule.level}</td>{''.join(cells)}</tr>")
     return ("<!doctype html><meta charset=utf-8><title>colibri compatibility matrix</title>"
@@ -275,6 +276,7 @@ def write_compat(runs: list[Run], out: Path, explanations: dict[str, dict[str, s
         page, unexplained = server_page(run, explanations.get(run.name) or {})
         (out / f"{run.name}.md").write_text(page)
         missing += [f"{run.name} {rid}" for rid in unexplained]
+        shutil.rmtree(out / "html" / run.name / "evidence", ignore_errors=True)  # pages before the renderer drew them
         write_html(run.doc, out / "html" / run.name)
         verdicts = {"server": run.name, "version": run.meta.get("version"), "model": run.doc.get("model"),
                     "rules": {r["id"]: r["outcome"] for r in run.doc["rules"]}}

@@ -49,11 +49,13 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
                      "chat streams accept stream_options.include_usage"),
     "health": ("health", {}, "GET /health answers"),
     "metrics": ("metrics", {}, "GET /metrics answers Prometheus text"),
+    "profile": ("profile", {}, "GET /profile (colibri extension) answers the turn profile"),
 }
 #: The endpoints whose absence makes every vector sent to them UNSUPPORTED.
 ENDPOINT_PROBES = {"models": "models", "model": "model", "chat": "chat", "completions": "completions",
                    "messages": "messages", "render": "render", "health": "health", "metrics": "metrics",
-                   "systemone": "systemone", "responses": "responses", "response": "responses"}
+                   "systemone": "systemone", "responses": "responses", "response": "responses",
+                   "profile": "profile"}
 
 
 @dataclass
@@ -74,7 +76,7 @@ class Finding:
 #: Endpoints a compatible server may leave out (colibri's render, System One, Responses): one that fails a valid
 #: request to one with a 5xx does not serve it (LiteLLM forwards unknown paths to its upstream
 #: provider, which has no such route), so its rules are UNSUPPORTED there, not failed.
-OPTIONAL_ENDPOINTS = {"render", "systemone", "responses"}
+OPTIONAL_ENDPOINTS = {"render", "systemone", "responses", "profile"}
 
 
 def _chaining_state(ex: Exchange) -> tuple[str, str]:
@@ -119,7 +121,7 @@ def _state(name: str, ex: Exchange) -> tuple[str, str]:
         except ValueError:
             usage = False
         return ("served", "a usage chunk") if usage else ("ignored", "200 without a usage chunk")
-    if name == "health":  # the health rules read a JSON snapshot; a plain "OK" is not one
+    if name in ("health", "profile"):  # their rules read a JSON object; a plain "OK" is not one
         try:
             ok = isinstance(ex.json(), dict)
         except ValueError:

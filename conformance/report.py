@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from colibri.paths import data_dir
+
 from .suite import OUTCOMES, RuleResult
 
 SCHEMA_VERSION = 1
@@ -191,34 +193,47 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_html(doc: dict[str, Any], out: Path) -> None:
+_IMPORT = re.compile(r'^import \{[^}]*\} from "\./[\w-]+\.js";$')
+
+
+def _bundle(names: list[str]) -> str:
+    """The dashboard's ES modules as one classic script (a page opened from disk may not load
+    modules): each file's import lines dropped and its `export` keywords removed, in the order
+    given, inside one function scope."""
+    web = data_dir("web")
+    parts = []
+    for name in names:
+        for line in (web / name).read_text().splitlines():
+            if line.startswith("import "):
+                if not _IMPORT.match(line):
+                    raise ValueError(f"web/{name}: an import the report bundle cannot inline: {line}")
+                continue
+            parts.append(line[len("export "):] if line.startswith("export ") else line)
+    code = "\n".join(parts)
+    if "</script" in code.lower():
+        raise ValueError("the report script would close its own <script> element")
+    return '(() => {\n"use strict";\n' + code + "\n})();"
+
+
+def report_page(docs: list[dict[str, Any]], title: str) -> str:
+    """One self-contained HTML page drawing `docs` with web/report.js, the renderer of the
+    dashboard's Reports page: the reports' JSON, the script and its styles inline."""
+    data = json.dumps(docs, ensure_ascii=False).replace("</", "<\\/").replace("<!--", "<\\u0021--")
+    css = (data_dir("web") / "report.css").read_text()
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{html.escape(title)}</title><style>body{{font-family:system-ui,sans-serif;margin:1em 2em}}\n{css}</style>"
+            "</head><body><div id=\"report\"></div>\n"
+            f"<script type=\"application/json\" id=\"report-data\">{data}</script>\n"
+            f"<script>{_bundle(['dom.js', 'report.js', 'report-static.js'])}</script></body></html>\n")
+
+
+def write_html(docs: dict[str, Any] | list[dict[str, Any]], out: Path) -> None:
+    """out/index.html: the report (or several side by side), #rule-id opening that rule."""
+    docs = docs if isinstance(docs, list) else [docs]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "evidence").mkdir(exist_ok=True)
-    colors = {"PASS": "#2e7d32", "FAIL": "#c62828", "NON-STRICT": "#ef6c00", "UNSUPPORTED": "#6a1b9a",
-              "INCONCLUSIVE": "#5d4037", "SKIPPED": "#757575", "ERROR": "#000"}
-    rows = []
-    for r in doc["rules"]:
-        link = html.escape(r["id"])
-        if any("evidence" in v or v["outcome"] != "PASS" for v in r["vectors"]):
-            page = out / "evidence" / f"{r['id']}.html"
-            body = "".join(f"<h3>{html.escape(v['name'])} [{v['mode']}]: {v['outcome']}</h3>"
-                           f"<pre>{html.escape(json.dumps(v, indent=2, ensure_ascii=False))}</pre>" for v in r["vectors"])
-            page.write_text(f"<!doctype html><meta charset=utf-8><title>{link}</title><h1>{link}</h1>"
-                            f"<p>{html.escape(r['title'])}</p>{body}")
-            link = f'<a href="evidence/{html.escape(r["id"])}.html">{link}</a>'
-        rows.append(f"<tr><td>{link}</td><td>{r['level']}</td><td style='color:{colors[r['outcome']]}'>"
-                    f"{r['outcome']}</td><td>{html.escape(r['title'])}</td></tr>")
-    summary = " · ".join(f"{k} {v}" for k, v in doc["summary"].items() if v)
-    (out / "index.html").write_text(
-        "<!doctype html><meta charset=utf-8><title>colibri-conform</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td{padding:2px 8px}tr:nth-child(even){background:#f4f4f4}</style>"
-        f"<h1>colibri-conform: {html.escape(str(doc['target']))}</h1><p>{summary}</p>"
-        f"<p>{html.escape(doc['started'])}, {doc['duration_seconds']:.1f} s; model "
-        f"<code>{html.escape(str(doc.get('model', '')))}</code>, {html.escape(str(doc.get('contract', 'strict')))} "
-        "contract</p><h2>Capabilities found before the run</h2><ul>"
-        + "".join(f"<li>{html.escape(x)}</li>" for x in discovery_lines(doc)) + "</ul>"
-        + "".join(f"<p>Harness: {html.escape(e)}</p>" for e in doc.get("harness_errors", []))
-        + "<table><tr><th>rule</th><th>level</th><th>outcome</th><th>title</th></tr>" + "".join(rows) + "</table>")
+    title = "colibri-conform: " + ", ".join(str(d.get("target", "?")) for d in docs)
+    (out / "index.html").write_text(report_page(docs, title))
 
 
 def now_iso() -> str:

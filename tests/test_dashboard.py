@@ -220,3 +220,156 @@ def test_dashboard_spec_page_searches_rules_and_tries_a_vector(tmp_path):
     assert s["rules"] == ["req.model.required"] and s["count"].startswith("1 of ")
     assert s["verdicts"][0] == "PASS", s  # sent from the page, judged by status, code and param
     assert s["errors"] == []
+
+
+PROFILE_STATE = """JSON.stringify({
+  count: document.getElementById("prof-count").textContent,
+  phases: [...document.querySelectorAll("#prof-phases rect")].map(r => [r.dataset.phase, Number(r.getAttribute("width"))]),
+  last: Object.fromEntries([...document.querySelectorAll("#prof-last tr")].map(r => [r.cells[0].textContent, r.cells[1].textContent])),
+  rate: document.querySelectorAll("#prof-rate circle").length,
+  ttft: document.querySelectorAll("#prof-ttft circle").length,
+  errors: window.colibriErrors})"""
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
+def test_dashboard_profiling_page_draws_the_last_turn_and_the_trend_after_three_turns(tmp_path):
+    with live_server() as base:
+        ids = []
+        for words in ("one", "two words", "three more words"):
+            req = urllib.request.Request(f"{base}/v1/chat/completions", method="POST", data=json.dumps({
+                "model": "colibri-tiny", "max_tokens": 16, "stream": True,
+                "messages": [{"role": "user", "content": f"Repeat exactly: {words}"}]}).encode(),
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                r.read()
+                ids.append(r.headers["x-request-id"])
+        page = Page(str(tmp_path))
+        try:
+            page.call("Page.navigate", url=f"{base}/ui/#profile")
+            deadline = time.monotonic() + 60
+            while not ((s := page.value(PROFILE_STATE)) and s["ttft"] == 3):
+                assert time.monotonic() < deadline, s
+                time.sleep(0.2)
+        finally:
+            page.close()
+    assert s["count"].startswith("3 turns recorded")
+    assert [p for p, _ in s["phases"]] == ["render", "queue", "prefill", "decode", "sample", "logprobs", "text", "write"]
+    assert abs(sum(w for _, w in s["phases"]) - 640) < 0.5  # the bar is the whole turn's phases
+    assert s["last"]["request"] == ids[-1] and s["last"]["endpoint"] == "/v1/chat/completions (stream)"
+    assert s["rate"] == 3 and s["errors"] == []
+
+
+def report_doc(target: str, outcome: str) -> dict:
+    """A small colibri-conform --json report: one rule passing, one with `outcome` and evidence
+    whose body holds markup that must stay text."""
+    evidence = {"request": {"method": "POST", "path": "/v1/chat/completions", "headers": {}, "body": "{}"},
+                "response": {"status": 200, "headers": {"content-type": "application/json"},
+                             "body": '{"note": "</script><b id=injected>x</b>"}', "elapsed": 0.01}}
+    return {"schema_version": 1, "tool": "colibri-conform", "target": target, "model": "m", "contract": "openai",
+            "started": "2026-12-01T00:00:00Z", "duration_seconds": 1.5,
+            "discovery": {"chat": {"state": "served", "status": 200, "detail": "200"}},
+            "summary": {"PASS": 1 + (outcome == "PASS"), "FAIL": int(outcome == "FAIL")},
+            "rules": [{"id": "req.model.required", "title": "model is required", "level": "MUST", "kind": "wire",
+                       "outcome": "PASS", "vectors": [{"name": "missing", "mode": "unary", "outcome": "PASS"}]},
+                      {"id": "chat.finish.reason", "title": "a finish reason <i>per</i> choice", "level": "MUST",
+                       "kind": "wire", "outcome": outcome,
+                       "vectors": [{"name": "basic", "mode": "unary", "outcome": outcome, "check": "json $.x",
+                                    "expected": "'stop'", "actual": "None", "evidence": evidence}]}]}
+
+
+REPORT_STATE = """JSON.stringify({
+  heads: [...document.querySelectorAll(".rep-head h2")].map(h => h.textContent),
+  columns: [...document.querySelectorAll(".rep-table th")].map(h => h.textContent),
+  rows: [...document.querySelectorAll(".rep-rule")].map(r => [...r.cells].map(c => c.textContent)),
+  detail: [...document.querySelectorAll(".rep-open pre")].map(p => p.textContent),
+  injected: document.getElementById("injected") !== null,
+  error: document.getElementById("rep-error") && !document.getElementById("rep-error").hidden
+    ? document.getElementById("rep-error").textContent : null,
+  errors: window.colibriErrors || []})"""
+
+
+def wait_for(page, expression, done, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not ((s := page.value(expression)) and done(s)):
+        assert time.monotonic() < deadline, s
+        time.sleep(0.2)
+    return s
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
+def test_dashboard_reports_page_opens_reports_from_files_as_one_and_as_a_matrix(tmp_path):
+    files = []
+    for name, outcome in (("a", "FAIL"), ("b", "PASS")):
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(json.dumps(report_doc(f"http://{name}.test", outcome)))
+    (tmp_path / "junk.json").write_text('{"not": "a report"}')
+    with live_server() as base:
+        page = Page(str(tmp_path / "profile"))
+        try:
+            page.call("Page.navigate", url=f"{base}/ui/#reports")
+            wait_for(page, "JSON.stringify(document.readyState === 'complete' || null)", bool)
+            node = page.call("Runtime.evaluate", expression="document.getElementById('rep-file')")["result"]["objectId"]
+            page.call("DOM.enable")
+            page.call("DOM.setFileInputFiles", files=[str(files[0])], objectId=node)
+            one = wait_for(page, REPORT_STATE, lambda s: s["rows"])
+            page.call("Runtime.evaluate", expression="document.querySelector('.rep-rule a').click()")
+            opened = wait_for(page, REPORT_STATE, lambda s: s["detail"])
+            page.call("DOM.setFileInputFiles", files=[str(files[1])], objectId=node)
+            matrix = wait_for(page, REPORT_STATE, lambda s: len(s["heads"]) == 2)
+            page.call("DOM.setFileInputFiles", files=[str(tmp_path / "junk.json")], objectId=node)
+            junk = wait_for(page, REPORT_STATE, lambda s: s["error"])
+        finally:
+            page.close()
+    assert one["heads"] == ["colibri-conform: http://a.test"]
+    assert one["rows"] == [["chat.finish.reason", "MUST", "FAIL", "a finish reason <i>per</i> choice"]]  # problems first
+    assert "check: json $.x\nexpected: 'stop'\nactual: None" in opened["detail"][0]
+    assert any("</script><b id=injected>x</b>" in d for d in opened["detail"]) and not opened["injected"]
+    assert matrix["columns"] == ["rule", "level", "http://a.test", "http://b.test", "title"]
+    assert matrix["rows"] == [["chat.finish.reason", "MUST", "FAIL", "PASS", "a finish reason <i>per</i> choice"]]
+    assert junk["error"].startswith("junk.json: no rules array")
+    assert one["errors"] == [] and matrix["errors"] == [] and junk["errors"] == []
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
+def test_static_html_report_draws_with_the_same_renderer_from_disk(tmp_path):
+    from conformance.report import write_html
+
+    write_html([report_doc("http://a.test", "FAIL"), report_doc("http://b.test", "PASS")], tmp_path / "html")
+    page = Page(str(tmp_path / "profile"))
+    try:
+        page.call("Page.navigate", url=f"file://{tmp_path}/html/index.html#chat.finish.reason")
+        s = wait_for(page, REPORT_STATE, lambda s: s["detail"])
+    finally:
+        page.close()
+    assert s["heads"] == ["colibri-conform: http://a.test", "colibri-conform: http://b.test"]
+    assert s["rows"] == [["chat.finish.reason", "MUST", "FAIL", "PASS", "a finish reason <i>per</i> choice"]]
+    assert any("</script><b id=injected>x</b>" in d for d in s["detail"]) and not s["injected"]
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
+def test_dashboard_spec_page_tries_a_vector_against_another_local_server(tmp_path):
+    with live_server() as base, live_server("--cors-origin", base, "--api-key", "k-other") as other:
+        page = Page(str(tmp_path))
+        try:
+            page.call("Page.navigate", url=f"{base}/ui/#spec")
+            wait_for(page, SPEC_STATE, lambda s: s["loaded"] and "rules" in s["count"])
+            verdicts = []
+            for key, rule in (("k-other", "req.model.required"), ("wrong", "req.model.required"),
+                              ("k-other", "ops.dashboard.csp")):
+                page.call("Runtime.evaluate", expression=f"""{{
+                    document.getElementById('spec-target').value = {json.dumps(other)};
+                    document.getElementById('spec-key').value = {json.dumps(key)};
+                    const q = document.getElementById('spec-q'); q.value = {json.dumps(rule)};
+                    q.dispatchEvent(new Event('input'));
+                    document.querySelector('.spec-rule').open = true; }}""")
+                wait_for(page, "JSON.stringify(document.querySelectorAll('.spec-vector button').length || null)", bool)
+                page.call("Runtime.evaluate", expression="""
+                    [...document.querySelectorAll('.spec-vector button')].find(b => !b.disabled).click()""")
+                s = wait_for(page, SPEC_STATE, lambda s: s["verdicts"] and s["verdicts"][0] != "sending…")
+                verdicts.append(s["verdicts"][0])
+        finally:
+            page.close()
+    assert verdicts[0] == "PASS", verdicts  # the other server's 400 judged like this one's
+    assert verdicts[1].startswith("FAIL: status 401"), verdicts  # its key is its own
+    assert verdicts[2].startswith("INCONCLUSIVE: another origin's headers Content-Security-Policy"), verdicts
+    assert s["errors"] == []

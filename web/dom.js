@@ -13,3 +13,12 @@ export function apiHeaders(extra = { "Content-Type": "application/json" }) {
   const key = $("key").value;
   return key ? { ...extra, Authorization: `Bearer ${key}` } : { ...extra };
 }
+
+// An SVG element with its attributes (presentation attributes, not inline style: the CSP
+// refuses those) and children; text goes in as text.
+export function svg(tag, attrs = {}, children = []) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  node.append(...children);
+  return node;
+}

@@ -3,10 +3,13 @@
 // that sends a vector's request to this server and judges the answer by what a browser can
 // see: the status, the error's type, code and param, and the expected headers. Vectors that
 // need server settings, a raw body or a named check say so and run in colibri-conform instead.
+// "Try it" may go to another server on this machine instead (its base URL, model and key; it
+// must allow this page by CORS): the same request, judged the same way.
 import { $, apiHeaders, el } from "./dom.js";
 
 const SHOWN = 60;  // rules drawn at once: refine the search to see others
 let rules = null;
+let served = null;  // the model the vectors were written for (this server's)
 
 async function load() {
   if (rules) return;
@@ -15,7 +18,9 @@ async function load() {
     $("spec-rules").replaceChildren(el("div", { className: "s1-error error", textContent: `${resp.status}: could not load /spec.json` }));
     return;
   }
-  rules = (await resp.json()).rules;
+  const doc = await resp.json();
+  rules = doc.rules;
+  served = doc.model;
   for (const [id, values] of [["spec-profile", rules.flatMap((r) => r.profiles)], ["spec-topic", rules.map((r) => r.topic)]]) {
     $(id).append(...[...new Set(values)].sort().map((v) => el("option", { value: v, textContent: v })));
   }
@@ -31,8 +36,11 @@ function matches(rule, words, level, profile, topic) {
 }
 
 // The verdict on one exchange, by what the vector expects that a page can check.
-function judge(expect, status, text, got) {
+// Another origin's headers are hidden from the page unless that server exposes them: a header
+// the page cannot see is no verdict (INCONCLUSIVE), not a failure.
+function judge(expect, status, text, got, crossOrigin = false) {
   const problems = [];
+  const unseen = [];
   if (expect.status !== undefined && status !== expect.status) problems.push(`status ${status}, expected ${expect.status}`);
   let doc = null;
   try { doc = JSON.parse(text); } catch { /* not JSON */ }
@@ -44,31 +52,48 @@ function judge(expect, status, text, got) {
   }
   for (const [name, want] of Object.entries(expect.headers || {})) {
     const value = got.get(name);
+    if (value === null && crossOrigin) { unseen.push(name); continue; }
     if (value === null || (want !== null && value !== want && !value.startsWith(`${want};`))) {
       problems.push(`header ${name} ${JSON.stringify(value)}, expected ${want === null ? "present" : JSON.stringify(want)}`);
     }
   }
   for (const name of expect.absent_headers || []) {
-    if (got.get(name) !== null) problems.push(`header ${name} present, expected absent`);
+    if (crossOrigin) unseen.push(name);
+    else if (got.get(name) !== null) problems.push(`header ${name} present, expected absent`);
   }
-  return problems.length ? `FAIL: ${problems.join("; ")}` : "PASS";
+  if (problems.length) return `FAIL: ${problems.join("; ")}`;
+  return unseen.length ? `INCONCLUSIVE: another origin's headers ${unseen.join(", ")} are hidden from this page` : "PASS";
+}
+
+// Where "try it" goes: this server, or the base URL, model and key typed for another.
+function destination(v) {
+  const base = $("spec-target").value.trim().replace(/\/+$/, "");
+  if (!base) return { url: v.path, request: v.request, auth: apiHeaders({}) };
+  const model = $("spec-model").value.trim();
+  const key = $("spec-key").value;
+  let request = v.request;
+  if (model && request && typeof request === "object" && "model" in request) request = { ...request, model };
+  const path = model && served ? v.path.split(served).join(model) : v.path;
+  return { url: base + path, request, auth: key ? { Authorization: `Bearer ${key}` } : {} };
 }
 
 async function tryIt(v, out) {
   out.replaceChildren("sending…");
-  const init = { method: v.method, headers: { ...v.headers, ...apiHeaders({}) } };
-  if (v.request !== null) {
+  const to = destination(v);
+  const init = { method: v.method, headers: { ...v.headers, ...to.auth } };
+  if (to.request !== null) {
     init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(v.request);
+    init.body = JSON.stringify(to.request);
   }
   try {
-    const resp = await fetch(v.path, init);
+    const resp = await fetch(to.url, init);
     const text = await resp.text();
-    const verdict = judge(v.expect, resp.status, text, resp.headers);
-    out.replaceChildren(el("strong", { className: verdict === "PASS" ? "pass" : "fail", textContent: verdict }),
-      el("pre", { textContent: `${v.method} ${v.path}\n${init.body ?? ""}\n\n→ ${resp.status}\n${text.slice(0, 2000)}` }));
+    const verdict = judge(v.expect, resp.status, text, resp.headers, to.url !== v.path);
+    out.replaceChildren(el("strong", { className: verdict === "PASS" ? "pass" : verdict.startsWith("FAIL") ? "fail" : "", textContent: verdict }),
+      el("pre", { textContent: `${v.method} ${to.url}\n${init.body ?? ""}\n\n→ ${resp.status}\n${text.slice(0, 2000)}` }));
   } catch (e) {
-    out.replaceChildren(el("strong", { className: "fail", textContent: `ERROR: ${e.message || e}` }));
+    const hint = to.url === v.path ? "" : " (does that server allow this page's origin by CORS?)";
+    out.replaceChildren(el("strong", { className: "fail", textContent: `ERROR: ${e.message || e}${hint}` }));
   }
 }
 

@@ -13,6 +13,7 @@ const errorBox = $("s1-error");
 window.colibriErrors = [];
 window.addEventListener("error", (e) => window.colibriErrors.push(String(e.message)));
 window.addEventListener("unhandledrejection", (e) => window.colibriErrors.push(String(e.reason)));
+document.addEventListener("securitypolicyviolation", (e) => window.colibriErrors.push(`CSP refused ${e.violatedDirective}: ${e.blockedURI}`));
 
 // ---- the dock -------------------------------------------------------------------------------
 function showPage() {

@@ -88,7 +88,7 @@ class MessagesResource(_Endpoint):
         rendered, ids = self.svc.render(chat)
         max_new = self.svc.budget(ids, body.get("max_tokens"), "messages")
         prefer = conversation_slot(chat.messages, self.svc.settings.kv_slots)  # ops.slot.choice
-        task = self.svc.task(ids, body, request_id=req.context.request_id, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer)
+        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer)
         gen = self.svc.generation(task, stops=list(body.get("stop_sequences") or []), ignore_leading=False,
                                   thinking=rendered.thinking, tools=rendered.tools_offered, client_gone=detector(req.env))
         mid, model, thinking = f"msg_{uuid.uuid4().hex[:24]}", self.svc.settings.model_id, rendered.thinking

@@ -15,6 +15,7 @@ from ..spec.vectors import LONG_PROMPT_PLACEHOLDER, expand_model, request_for
 from .anthropic_api import MessagesResource
 from .errors import ApiError, error
 from .openai_api import ChatResource, CompletionsResource, RenderResource, dumps
+from .profile import arrived
 from .responses_api import ResponseResource, ResponsesResource
 from .scheduler import ClientGone
 from .service import Service, Settings
@@ -36,6 +37,7 @@ def _host_name(host: str) -> str:
 class RequestId:
     def process_request(self, req: Any, resp: Any) -> None:
         req.context.request_id = f"req_{uuid.uuid4().hex}"
+        req.context.turn = arrived(req.context.request_id, req.path)  # its profile, if it reaches the engine
 
     def process_response(self, req: Any, resp: Any, resource: Any, ok: bool) -> None:
         resp.set_header("x-request-id", req.context.request_id)
@@ -56,9 +58,11 @@ class HostGuard:
                                           f"--allowed-host {host} if you trust it.")
 
 
-#: The dashboard's Content-Security-Policy (rule ops.dashboard.csp): its own scripts, styles and
-#: API only; no inline script, no plugin, no framing, no <base> rewrite.
-DASHBOARD_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+#: The dashboard's Content-Security-Policy (rule ops.dashboard.csp): its own scripts and styles only;
+#: connections to itself and to servers on this machine (the Spec page's "try it" and the Reports
+#: page may address another local server); no inline script, no plugin, no framing, no <base> rewrite.
+DASHBOARD_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                 "connect-src 'self' http://127.0.0.1:* http://localhost:* http://[::1]:*; "
                  "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 
 
@@ -80,7 +84,7 @@ class Cors:
 
     def process_response(self, req: Any, resp: Any, resource: Any, ok: bool) -> None:
         origin = req.get_header("Origin")
-        if not origin or req.path == "/metrics" or not ("*" in self.origins or origin in self.origins):
+        if not origin or req.path in ("/metrics", "/profile") or not ("*" in self.origins or origin in self.origins):
             return
         resp.set_header("Access-Control-Allow-Origin", "*" if "*" in self.origins else origin)
         if "*" not in self.origins:
@@ -233,6 +237,19 @@ class Metrics:
         resp.set_header("Cache-Control", "no-store")
 
 
+class Profile:
+    """/profile: the last finished turns' phase times (rule ops.profile.ring), behind the same key
+    as /metrics and, like it, without CORS headers."""
+
+    def __init__(self, svc: Service):
+        self.svc = svc
+
+    def on_get(self, req: Any, resp: Any) -> None:
+        resp.data = dumps(self.svc.scheduler.profiles.doc())
+        resp.content_type = "application/json"
+        resp.set_header("Cache-Control", "no-store")
+
+
 class OpenAPI:
     def on_get(self, req: Any, resp: Any) -> None:
         resp.data = (data_dir("schemas") / "openapi.json").read_bytes()
@@ -313,6 +330,7 @@ def create_app(service: Service) -> falcon.App:
     app.add_route("/v1/responses/{response_id}", ResponseResource(service))
     app.add_route("/health", Health(service))
     app.add_route("/metrics", Metrics(service))
+    app.add_route("/profile", Profile(service))
     app.add_route("/openapi.json", OpenAPI())
     app.add_route("/spec", SpecPage(service))
     app.add_route("/spec.json", SpecJson(service))

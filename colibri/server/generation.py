@@ -133,6 +133,8 @@ class Generation:
                     events.append(self.task.events.get_nowait())
                 except queue.Empty:
                     break
+            if events[0][0] == "token" and not self.task.turn.first_token:  # the profile's TTFT
+                self.task.turn.first_token = time.perf_counter()
             pending: Delta | None = None
             for kind, run in groupby(events, key=lambda e: e[0]):  # a run of tokens: one text
                 payloads = [p for _, p in run]
@@ -140,7 +142,7 @@ class Generation:
                     yield from ([pending] if pending else [])
                     raise self._as_api_error(payloads[0])
                 produced = self._tokens(payloads) if kind == "token" else self._finish(payloads[0])
-                for d in produced:
+                for d in self._timed(produced):
                     if pending is not None and pending.kind == d.kind:
                         pending = Delta(d.kind, pending.text + d.text)
                     else:
@@ -153,6 +155,28 @@ class Generation:
                     return
             if pending is not None:
                 yield pending
+
+    def _timed(self, it: Iterator[Delta]) -> Iterator[Delta]:
+        """`it`, its own work (decoding bytes, stops, reasoning, tool calls) charged to the
+        turn's text phase and the time its consumer spends between items not."""
+        if not self.scheduler.timing:
+            yield from it
+            return
+        turn = self.task.turn
+        while True:
+            t0 = time.perf_counter()
+            try:
+                d = next(it)
+            except StopIteration:
+                turn.text += time.perf_counter() - t0
+                return
+            turn.text += time.perf_counter() - t0
+            yield d
+
+    def record(self) -> None:
+        """The turn is over on this side too: into the profile ring, if the engine took it."""
+        if self.task.assigned >= 0:
+            self.scheduler.profiles.add(self.task.turn)
 
     def run(self, on_delta: Any = None) -> Outcome:
         """Unary: start, drain, and return the outcome; a client that hangs up cancels the work.

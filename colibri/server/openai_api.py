@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -92,6 +93,7 @@ class _Endpoint:
     envelope = "openai"
 
     def _respond(self, resp: Any, gen: Generation, stream: bool, unary: Any, chunks: Any) -> None:
+        gen.task.turn.stream = stream
         accepted = gen.start()
         resp.set_header("x-colibri-queue-wait-ms", str(int(round(accepted.queue_wait * 1000))))
         if stream:
@@ -100,7 +102,13 @@ class _Endpoint:
                 resp.set_header(k, v)
             resp.stream = _guarded(gen, chunks(gen), self.envelope)
         else:
-            resp.data = dumps(unary(gen.run()))
+            try:
+                outcome = gen.run()
+                t0 = time.perf_counter()
+                resp.data = dumps(unary(outcome))
+                gen.task.turn.text += time.perf_counter() - t0
+            finally:  # the server writes a JSON body after we return: no write time is measured
+                gen.record()
             resp.content_type = "application/json"
 
 
@@ -109,8 +117,12 @@ def _guarded(gen: Generation, it: Iterator[bytes], envelope: str = "openai") -> 
     end a stream whose generation fails after the 200 with an error event in the endpoint's
     format instead of cutting it off (rule stream.error-after-commit)."""
     finished = False
+    turn = gen.task.turn
     try:
-        yield from it
+        for chunk in it:
+            t0 = time.perf_counter()
+            yield chunk  # the WSGI server writes it before asking for the next
+            turn.write += time.perf_counter() - t0
         finished = True
     except Exception as exc:  # noqa: BLE001 - the status is sent; only an event can still tell
         err = exc if isinstance(exc, ApiError) else error("engine_error")
@@ -124,6 +136,7 @@ def _guarded(gen: Generation, it: Iterator[bytes], envelope: str = "openai") -> 
     finally:
         if not finished:
             gen.cancel()
+        gen.record()
 
 
 class ChatResource(_Endpoint):
@@ -135,7 +148,7 @@ class ChatResource(_Endpoint):
         max_new = self.svc.budget(ids, requested, "messages")
         prefer = conversation_slot(body["messages"], self.svc.settings.kv_slots)  # ops.slot.choice
         k = (body.get("top_logprobs") or 0) if body.get("logprobs") else -1
-        task = self.svc.task(ids, body, request_id=req.context.request_id, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer,
+        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer,
                              logprobs_k=k)
         gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
                                   thinking=rendered.thinking, tools=rendered.tools_offered,
@@ -187,7 +200,7 @@ class CompletionsResource(_Endpoint):
         lp = body.get("logprobs")
         k = lp if isinstance(lp, int) and not isinstance(lp, bool) and lp > 0 else -1
         echo = bool(body.get("echo"))
-        task = self.svc.task(ids, body, request_id=req.context.request_id, max_new=max_new, slot=body.get("cache_slot"), logprobs_k=k, echo=echo)
+        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=body.get("cache_slot"), logprobs_k=k, echo=echo)
         gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
                                   thinking=False, tools=[], strip=False, client_gone=detector(req.env))
         cid, created, model = f"cmpl-{uuid.uuid4().hex}", now(), self.svc.settings.model_id

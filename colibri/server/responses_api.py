@@ -204,7 +204,7 @@ class ResponsesResource:
         rendered, ids = self.svc.render(chat, continuation=False, history=history)
         max_new = self.svc.budget(ids, body.get("max_output_tokens"), "input")
         prefer = conversation_slot(chat.messages, self.svc.settings.kv_slots)  # ops.slot.choice
-        task = self.svc.task(ids, body, request_id=req.context.request_id, max_new=max_new, slot=None, prefer=prefer)
+        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=None, prefer=prefer)
         gen = self.svc.generation(task, stops=[], ignore_leading=False, thinking=rendered.thinking,
                                   tools=rendered.tools_offered, client_gone=detector(req.env))
         shell = self._shell(body)
@@ -221,10 +221,14 @@ class ResponsesResource:
                 self.svc.responses.put(out, items + fold.items, ids + [rec.token for rec, _, _ in gen.records])
             return out
 
+        gen.task.turn.stream = bool(body.get("stream"))
         accepted = gen.start()
         resp.set_header("x-colibri-queue-wait-ms", str(int(round(accepted.queue_wait * 1000))))
         if not body.get("stream"):
-            resp.data = dumps(finished(gen.run(fold.feed)))
+            try:
+                resp.data = dumps(finished(gen.run(fold.feed)))
+            finally:
+                gen.record()
             resp.content_type = "application/json"
             return
         resp.content_type = "text/event-stream"

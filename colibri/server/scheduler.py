@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .errors import error
+from .profile import Ring, Turn
 
 BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 log = logging.getLogger("colibri.server")
@@ -90,6 +91,7 @@ class Task:
     admitted_at: float = 0.0
     engine_started: float = 0.0  # when the engine began this task's prefill
     first_output: bool = False
+    turn: Turn = field(default_factory=Turn)  # where this request's time went (GET /profile)
 
     def stop(self) -> None:
         self.stop_requested = True
@@ -131,7 +133,8 @@ class Metrics:
 
 class Scheduler:
     def __init__(self, engine: Any, *, n_slots: int, max_queue: int = 8, queue_timeout: float = 300.0,
-                 metrics: Metrics | None = None, step_delay: float = 0.0, on_release: Any = None):
+                 metrics: Metrics | None = None, step_delay: float = 0.0, on_release: Any = None,
+                 profile_turns: int = 256):
         from .. import _engine
 
         self._sample_rows, self._logprobs = _engine.sample_rows, _engine.logprobs
@@ -144,6 +147,13 @@ class Scheduler:
         self.metrics.max_queue.set(max_queue)
         self.step_delay = step_delay  # test hook: slows every engine step
         self.on_release = on_release  # called on the engine thread with a slot whose work ended
+        self.profiles = Ring(profile_turns)  # the last turns' phase times (rule ops.profile.ring)
+        self.timing = profile_turns > 0  # off: the engine thread reads no clock for profiling
+        # Running totals over every step: a decoding task takes part in each step from its
+        # prefill to its end, so its share is the difference between its first and last
+        # reading; the cost per step does not grow with the batch.
+        self.sample_total = self.decode_total = 0.0
+        self.steps = self.batch_sum = 0
         self.lock = threading.Condition()
         self.waiters: deque[Task] = deque()
         self.busy: set[int] = set()
@@ -186,6 +196,8 @@ class Scheduler:
     def admit(self, task: Task) -> None:
         """Block until `task` holds a slot; raises the queue's named errors."""
         start = time.monotonic()
+        if self.timing:
+            task.turn.admitting = time.perf_counter()
         with self.lock:
             if self.closed:
                 raise error("engine_failed" if self.failed else "scheduler_closed")
@@ -220,6 +232,10 @@ class Scheduler:
             task.queue_wait = time.monotonic() - start
             task.admitted_at = time.monotonic()
             task.rng = _seed_state(task.seed)
+            if self.timing:
+                turn = task.turn
+                turn.render = turn.admitting - turn.received if turn.received else 0.0
+                turn.queue = time.perf_counter() - turn.admitting
             self.busy.add(slot)
             self.metrics.admitted.inc()
             self.metrics.active.set(len(self.busy))
@@ -254,6 +270,7 @@ class Scheduler:
         except Exception:  # an unreadable slot is treated as empty: no prefix will be reused from it
             log.exception("reading slot %d failed (%s)", task.assigned, task.request_id or "-")
             held = np.zeros(0, np.intc)
+        self._close_turn(task, outcome)
         with self.lock:
             self.history[task.assigned] = held
             self.busy.discard(task.assigned)
@@ -264,10 +281,30 @@ class Scheduler:
                 self.metrics.engine_call.observe(time.monotonic() - task.engine_started)
             self.lock.notify_all()
 
+    def _mark(self, task: Task) -> None:
+        """The task joins the decoding batch: read the running totals."""
+        if self.timing:
+            task.turn.mark = (self.sample_total, self.decode_total, self.steps, self.batch_sum)
+
+    def _close_turn(self, task: Task, outcome: str) -> None:
+        """The engine's last word on the turn, written before the event that lets the HTTP
+        thread record it: its share of the steps since it joined."""
+        turn = task.turn
+        turn.outcome = outcome
+        turn.completion_tokens = task.generated
+        if turn.mark is not None:
+            sample, decode, steps, batch_sum = turn.mark
+            turn.sample += self.sample_total - sample
+            turn.decode += self.decode_total - decode
+            turn.steps += self.steps - steps
+            turn.batch_sum += self.batch_sum - batch_sum
+            turn.mark = None
+
     def _finish(self, task: Task, reason: str) -> None:
         if task.cancelled:
             self._release(task, "cancelled")
         else:
+            self._close_turn(task, "completed")
             task.events.put(("done", reason))
             self._release(task, "completed")
 
@@ -275,17 +312,22 @@ class Scheduler:
         """Fail this task alone: its own error event, its slot freed, the fault logged."""
         log.error("engine fault for %s in slot %d: %s: %s", task.request_id or "a request", task.assigned,
                   type(exc).__name__, exc, exc_info=exc)
+        self._close_turn(task, "cancelled" if task.cancelled else "failed")
         task.events.put(("error", exc))
         self._release(task, "cancelled" if task.cancelled else "failed")
 
     def _record(self, task: Task, logits: Any, token: int) -> TokenRecord:
         if task.top_k_logprobs < 0:
             return TokenRecord(token)
+        t0 = time.perf_counter() if self.timing else 0.0
         lp, ids, lps = self._logprobs(logits, token, task.top_k_logprobs)
+        if self.timing:
+            task.turn.logprobs += time.perf_counter() - t0
         return TokenRecord(token, lp, list(zip(ids, lps, strict=True)))
 
     def _prefill(self, task: Task) -> None:
         task.engine_started = time.monotonic()
+        t0 = time.perf_counter()
         if task.echo:
             task.n_reused, all_logits = self.engine.prefill(task.assigned, task.prompt, reuse=False, all_logits=True)
             echo = [TokenRecord(task.prompt[0])]
@@ -295,6 +337,9 @@ class Scheduler:
         else:
             task.n_reused, task.logits = self.engine.prefill(task.assigned, task.prompt)
             echo = []
+        task.turn.prefill += time.perf_counter() - t0
+        task.turn.prompt_tokens, task.turn.cached_tokens = len(task.prompt), task.n_reused
+        self._mark(task)
         task.events.put(("accepted", {"prompt_tokens": len(task.prompt), "reused": task.n_reused,
                                       "queue_wait": task.queue_wait, "echo": echo}))
 
@@ -302,12 +347,16 @@ class Scheduler:
         """Prefill each scoring prompt into the task's slot (each reuses what the previous one
         left there: the shared state) and report the label logits at each last position."""
         task.engine_started = time.monotonic()
+        t0 = time.perf_counter()
         rows, reused, total = [], 0, 0
         for prompt, label_ids in task.scoring or []:
             n_reused, logits = self.engine.prefill(task.assigned, prompt)
             rows.append(np.asarray(logits).reshape(-1)[label_ids])
             reused += n_reused
             total += len(prompt)
+        task.turn.prefill += time.perf_counter() - t0
+        task.turn.prompt_tokens, task.turn.cached_tokens = total, reused
+        self._close_turn(task, "completed")
         task.events.put(("scored", {"rows": rows, "reused": reused, "prompt_tokens": total}))
         self._finish(task, "stop")
 
@@ -371,7 +420,12 @@ class Scheduler:
         if not live:
             return
         go: list[Task] = []
-        for task, token, state in self._sample(live):
+        timing = self.timing
+        t0 = time.perf_counter() if timing else 0.0
+        sampled = self._sample(live)
+        if timing:
+            self.sample_total += time.perf_counter() - t0
+        for task, token, state in sampled:
             if token is None:  # this task's own sampling failed; it has been failed alone
                 continue
             task.rng = state
@@ -391,7 +445,12 @@ class Scheduler:
             task.next_token = token
             go.append(task)
         if go:
+            t0 = time.perf_counter() if timing else 0.0
             self._decode(go)
+            if timing:
+                self.decode_total += time.perf_counter() - t0
+                self.steps += 1
+                self.batch_sum += len(go)
 
     def _sample(self, live: list[Task]) -> list[tuple[Task, int | None, int]]:
         """One C call samples the batch; should it raise, each row is sampled alone so that only

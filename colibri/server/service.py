@@ -12,6 +12,7 @@ from ..spec import RequestValidator, Spec, load_spec
 from .errors import error
 from .generation import Generation
 from .generation import Spec as GenSpec
+from .profile import Turn
 from .prompt import ChatInput, LiteralSpecials, Rendered, render_chat
 from .response_store import ResponseStore
 from .scheduler import Metrics, Scheduler, Task
@@ -41,6 +42,7 @@ class Settings:
     dequantize: bool = False  # expand quantized/BF16 weights to F32 at load (see `colibri serve --dequantize`)
     responses_max: int = 1000  # stored /v1/responses objects kept (oldest evicted)
     responses_max_bytes: int = 64 * 1024 * 1024  # and the bytes they may take
+    profile_turns: int = 256  # finished turns GET /profile keeps (0: none, and no clock read for them)
 
     def validator_settings(self) -> dict[str, Any]:
         return {"model_id": self.model_id, "kv_slots": self.kv_slots, "continue_assistant": self.continue_assistant}
@@ -73,7 +75,8 @@ class Service:
                 self.kv_store = store
             scheduler = Scheduler(engine, n_slots=settings.kv_slots, max_queue=settings.max_queue,
                                   queue_timeout=settings.queue_timeout, metrics=self.metrics,
-                                  step_delay=settings.step_delay, on_release=store.save if store else None)
+                                  step_delay=settings.step_delay, on_release=store.save if store else None,
+                                  profile_turns=settings.profile_turns)
         self.scheduler = scheduler
         self.validators = {ep: RequestValidator(self.spec, ep, settings.family, settings.validator_settings())
                            for ep in ("chat", "completions", "messages", "render", "systemone", "responses")}
@@ -164,10 +167,13 @@ class Service:
         return Generation(self.scheduler, task, self.model.token_bytes, spec, client_gone)
 
     def task(self, prompt: list[int], body: dict[str, Any], *, max_new: int, slot: int | None,
-             prefer: int | None = None, logprobs_k: int = -1, echo: bool = False, request_id: str = "") -> Task:
+             prefer: int | None = None, logprobs_k: int = -1, echo: bool = False, turn: Turn | None = None) -> Task:
+        """The engine's task for a rendered prompt; `turn` is the request's profile record
+        (made by the RequestId middleware when it arrived)."""
         temperature = body.get("temperature")
         top_p = body.get("top_p")
         return Task(prompt=prompt, max_new=max_new, end_tokens=self.end_tokens,
                     temperature=1.0 if temperature is None else float(temperature),
                     top_p=1.0 if top_p is None else float(top_p), seed=body.get("seed"),
-                    top_k_logprobs=logprobs_k, echo=echo, slot=slot, prefer=prefer, request_id=request_id)
+                    top_k_logprobs=logprobs_k, echo=echo, slot=slot, prefer=prefer,
+                    request_id=turn.request_id if turn else "", turn=turn or Turn())

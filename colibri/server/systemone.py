@@ -179,16 +179,19 @@ class SystemOneResource:
             self.svc.budget(prompt, 1, "state")  # a prompt with no room left is refused by name
             scoring.append((prompt, ids))
         task = Task(prompt=scoring[0][0], max_new=0, end_tokens=frozenset(), scoring=scoring,
-                    request_id=req.context.request_id, client_gone=detector(req.env))
+                    request_id=req.context.request_id, client_gone=detector(req.env), turn=req.context.turn)
         try:
             self.svc.scheduler.admit(task)
         except ClientGone:
             return
-        kind, got = task.events.get()
-        while kind not in ("scored", "error"):
+        try:
             kind, got = task.events.get()
-        if kind == "error":
-            raise got if isinstance(got, Exception) else error("engine_failed")
+            while kind not in ("scored", "error"):
+                kind, got = task.events.get()
+            if kind == "error":
+                raise got if isinstance(got, Exception) else error("engine_failed")
+        finally:
+            self.svc.scheduler.profiles.add(task.turn)
         answers = {q.name: answer(q, softmax(np.asarray(rows))) for q, rows in zip(questions, got["rows"], strict=True)}
         doc = {"id": f"s1-{uuid.uuid4().hex}", "object": "systemone", "model": self.svc.settings.model_id,
                "answers": answers,
