@@ -35,6 +35,9 @@ class Page:
         page = next(t for t in tabs if t["type"] == "page")
         self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30)
         self.n = 0
+        self.console: list[str] = []  # what the browser's console would show as errors
+        self.call("Runtime.enable")
+        self.call("Log.enable")
 
     def call(self, method: str, **params):
         self.n += 1
@@ -43,6 +46,22 @@ class Page:
             reply = json.loads(self.ws.recv())
             if reply.get("id") == self.n:
                 return reply.get("result")
+            self._note(reply)
+
+    def _note(self, event: dict) -> None:
+        """Keep the console's errors: uncaught exceptions, console.error, and browser log
+        errors (a CSP refusal, a failed script). HTTP error statuses the page asked for (the
+        network's "Failed to load resource" lines) are the page's business, not errors."""
+        method, p = event.get("method"), event.get("params") or {}
+        if method == "Runtime.exceptionThrown":
+            d = p.get("exceptionDetails") or {}
+            self.console.append("exception: " + str((d.get("exception") or {}).get("description") or d.get("text")))
+        elif method == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+            self.console.append("console.error: " + " ".join(str(a.get("value", a.get("description"))) for a in p.get("args", [])))
+        elif method == "Log.entryAdded":
+            e = p.get("entry") or {}
+            if e.get("level") == "error" and e.get("source") != "network":
+                self.console.append(f"{e.get('source')}: {e.get('text')}")
 
     def value(self, expression: str):
         """The JSON text an expression returns, decoded (None while the page cannot evaluate it yet)."""

@@ -33,6 +33,7 @@ def test_dashboard_answers_its_question_and_shows_the_scheduler(tmp_path):
                 time.sleep(0.2)
         finally:
             page.close()
+        assert page.console == [], page.console
     assert state["messages"] == [["user", "Repeat exactly: hello world"], ["assistant", "hello world"]]
     assert panel["active / capacity"] == "0 / 4"
     assert panel["completed"] == "1"
@@ -80,6 +81,7 @@ def test_dashboard_system_one_page_shows_bars_that_sum_to_one_and_errors_in_plac
             failed = wait(page, lambda s: s["error"] is not None)
         finally:
             page.close()
+        assert page.console == [], page.console
     assert state["chatHidden"] and state["error"] is None and state["errors"] == []
     assert [a["name"] for a in state["answers"]] == ["problem", "mood", "refund"]
     for a in state["answers"]:
@@ -112,6 +114,7 @@ def test_dashboard_chat_shows_a_refusal_in_place_of_the_answer(tmp_path):
                 time.sleep(0.2)
         finally:
             page.close()
+        assert page.console == [], page.console
     assert state["messages"][-1][0] == "msg error", state
     assert state["messages"][-1][1].startswith("401 invalid_api_key: "), state
     assert [c for c, _ in state["messages"]] == ["msg user", "msg error"]  # no empty bubble left behind
@@ -159,6 +162,7 @@ def test_dashboard_chat_turn_with_reasoning_and_a_tool_call_then_its_result(tmp_
             sent = page.value("JSON.stringify(null)")  # the page is still alive
         finally:
             page.close()
+        assert page.console == [], page.console
     assert state["bubbles"] == ["msg user", "msg assistant"] and state["errors"] == []
     assert state["reasoning"] and state["reasoning"][0][0] is False and state["reasoning"][0][1]  # shown, folded
     assert len(state["calls"]) == 1 and state["calls"][0].startswith("get_weather({")
@@ -216,6 +220,7 @@ def test_dashboard_spec_page_searches_rules_and_tries_a_vector(tmp_path):
                 time.sleep(0.2)
         finally:
             page.close()
+        assert page.console == [], page.console
     assert everything.endswith("rules (first 60 shown)") and int(everything.split(" of ")[1].split()[0]) > 200
     assert s["rules"] == ["req.model.required"] and s["count"].startswith("1 of ")
     assert s["verdicts"][0] == "PASS", s  # sent from the page, judged by status, code and param
@@ -252,6 +257,7 @@ def test_dashboard_profiling_page_draws_the_last_turn_and_the_trend_after_three_
                 time.sleep(0.2)
         finally:
             page.close()
+        assert page.console == [], page.console
     assert s["count"].startswith("3 turns recorded")
     assert [p for p, _ in s["phases"]] == ["render", "queue", "prefill", "decode", "sample", "logprobs", "text", "write"]
     assert abs(sum(w for _, w in s["phases"]) - 640) < 0.5  # the bar is the whole turn's phases
@@ -320,6 +326,7 @@ def test_dashboard_reports_page_opens_reports_from_files_as_one_and_as_a_matrix(
             junk = wait_for(page, REPORT_STATE, lambda s: s["error"])
         finally:
             page.close()
+        assert page.console == [], page.console
     assert one["heads"] == ["colibri-conform: http://a.test"]
     assert one["rows"] == [["chat.finish.reason", "MUST", "FAIL", "a finish reason <i>per</i> choice"]]  # problems first
     assert "check: json $.x\nexpected: 'stop'\nactual: None" in opened["detail"][0]
@@ -341,6 +348,7 @@ def test_static_html_report_draws_with_the_same_renderer_from_disk(tmp_path):
         s = wait_for(page, REPORT_STATE, lambda s: s["detail"])
     finally:
         page.close()
+    assert page.console == [], page.console
     assert s["heads"] == ["colibri-conform: http://a.test", "colibri-conform: http://b.test"]
     assert s["rows"] == [["chat.finish.reason", "MUST", "FAIL", "PASS", "a finish reason <i>per</i> choice"]]
     assert any("</script><b id=injected>x</b>" in d for d in s["detail"]) and not s["injected"]
@@ -369,6 +377,7 @@ def test_dashboard_spec_page_tries_a_vector_against_another_local_server(tmp_pat
                 verdicts.append(s["verdicts"][0])
         finally:
             page.close()
+        assert page.console == [], page.console
     assert verdicts[0] == "PASS", verdicts  # the other server's 400 judged like this one's
     assert verdicts[1].startswith("FAIL: status 401"), verdicts  # its key is its own
     assert verdicts[2].startswith("INCONCLUSIVE: another origin's headers Content-Security-Policy"), verdicts
