@@ -131,9 +131,14 @@ def parse(fmt: str, text: str, tools: list[dict[str, Any]] | None) -> Parsed:
     return Parsed("".join(kept).strip() if calls else text, calls, problems)
 
 
+def declared(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """The offered tools by name (OpenAI's {type, function} or Anthropic's flat form)."""
+    return {(t.get("function", t)).get("name"): t.get("function", t) for t in tools or []}
+
+
 def validate_call(call: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[str]:
     """Why a parsed call does not fit the declared tools (empty when it does)."""
-    decl = {(t.get("function", t)).get("name"): t.get("function", t) for t in tools or []}
+    decl = declared(tools)
     fn = decl.get(call["name"])
     if fn is None:
         return [f"undeclared tool {call['name']!r}"]

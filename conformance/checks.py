@@ -696,6 +696,16 @@ def profile_turns(ctx: CheckContext) -> None:
         raise CheckFailure("profile_turns", "no negative phase time", negative)
 
 
+def tool_calls_offered(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    offered = {t["function"]["name"] if "function" in t else t["name"] for t in (ctx.body or {}).get("tools", [])}
+    stray = [name for name, _ in a.tool_calls if name not in offered]
+    if stray:
+        raise CheckFailure("tool_calls_offered", f"calls to {sorted(offered)} only", stray)
+    if not a.tool_calls and "<tool_call>" not in a.content:
+        raise NotApplicable("the model made no tool call")
+
+
 def tool_names_declared(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
     if not a.tool_calls:
@@ -1002,7 +1012,7 @@ CHECKS: dict[str, Callable[[CheckContext], None]] = {f.__name__: f for f in (
     stream_equals_unary, anthropic_event_order, reasoning_not_in_content, request_id_header,
     prompt_has_required_instruction, prompt_forced_tool_applied, reasoning_present, reasoning_absent,
     continuation_not_repeated, prompt_ends_with_generation_cue, prompt_specials_literal, no_replacement_char, keepalive_seen, repeatable,
-    scheduler_accounting, metrics_series, metrics_unchanged, profile_turns, tool_names_declared, model_listed,
+    scheduler_accounting, metrics_series, metrics_unchanged, profile_turns, tool_calls_offered, tool_names_declared, model_listed,
     finish_matches_usage, budget_respected, stop_truncates, tool_call_made, reasoning_made, stream_one_id,
     stream_error_event, finish_consistent, systemone_complete, systemone_choice, systemone_score, systemone_noul,
     systemone_entropy, systemone_usage, systemone_prefix_reused, systemone_labels)}

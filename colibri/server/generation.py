@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
+from ..tool_parsers import declared
 from ..tool_parsers import parse as parse_tools
 from ..tool_parsers import validate_call
 from .errors import ApiError, error
@@ -255,6 +256,9 @@ class Generation:
             calls = parsed.calls
             if self.spec.strict_tools and (problems or reason == "length"):
                 raise error("invalid_model_tool_call")
+            offered = declared(self.spec.tools)
+            if any(c["name"] not in offered for c in calls):  # rule tools.call.offered-only
+                calls = []
             if not calls:
                 # nothing readable: the text stays content, as the model wrote it (the whitespace
                 # before the marker was dropped by the shaper and is restored from the raw text)
