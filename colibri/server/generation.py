@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
-from ..tool_parsers import declared
+from ..tool_parsers import declared, validate_call
 from ..tool_parsers import parse as parse_tools
-from ..tool_parsers import validate_call
 from .errors import ApiError, error
 from .scheduler import ClientGone, Scheduler, Task, TokenRecord
 from .text_stream import ContentShaper, Piece, ReasoningSplitter, StopFilter, Utf8Assembler

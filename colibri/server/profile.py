@@ -45,7 +45,7 @@ class Turn:
     completion_tokens: int = 0
     steps: int = 0  # decode steps this turn took part in
     batch_sum: int = 0  # turns decoded together, summed over those steps
-    outcome: str = ""  # completed | failed | cancelled
+    outcome: str = ""  # completed | failed | cancelled; "" while the engine has not let go of it
     mark: tuple[float, float, int, int] | None = None  # the engine's running totals when it joined
 
     def doc(self) -> dict[str, Any]:
@@ -59,7 +59,7 @@ class Turn:
         busy = self.decode + self.sample
         rate = self.completion_tokens / busy if self.completion_tokens and busy > 0 else None
         return {"request_id": self.request_id, "endpoint": self.endpoint, "stream": self.stream,
-                "outcome": self.outcome, "started_at": round(self.started_at, 3), "seconds": seconds,
+                "outcome": self.outcome or "ending", "started_at": round(self.started_at, 3), "seconds": seconds,
                 "ttft_seconds": None if ttft is None else round(ttft, 6),
                 "tokens_per_second": None if rate is None else round(rate, 2),
                 "tokens": {"prompt": self.prompt_tokens, "cached": self.cached_tokens,
