@@ -228,6 +228,18 @@ def report_page(docs: list[dict[str, Any]], title: str) -> str:
             f"<script>{_bundle(['dom.js', 'report.js', 'report-static.js'])}</script></body></html>\n")
 
 
+_DATA = re.compile(r'<script type="application/json" id="report-data">(.*?)</script>', re.S)
+
+
+def embedded_reports(page: str) -> list[dict[str, Any]]:
+    """The reports a page of `report_page` carries (what its script draws)."""
+    m = _DATA.search(page)
+    if m is None:
+        raise ValueError("no report data in this page")
+    docs: list[dict[str, Any]] = json.loads(m.group(1))
+    return docs
+
+
 def write_html(docs: dict[str, Any] | list[dict[str, Any]], out: Path) -> None:
     """out/index.html: the report (or several side by side), #rule-id opening that rule."""
     docs = docs if isinstance(docs, list) else [docs]

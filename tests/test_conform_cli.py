@@ -9,6 +9,7 @@ import pytest
 
 from colibri.schemas import validator
 from conformance.cli import main
+from conformance.report import embedded_reports
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,8 @@ def test_reference_server_exits_0_with_valid_reports(run):
     assert doc["summary"]["FAIL"] == 0 and doc["summary"]["ERROR"] == 0 and doc["summary"]["PASS"] > 130
     root = ET.parse(out / "r.xml").getroot()
     assert root.tag == "testsuite" and int(root.get("failures")) == 0 and int(root.get("tests")) > 400
-    assert (out / "html" / "index.html").read_text().count("<tr>") > 150
+    page = (out / "html" / "index.html").read_text()
+    assert embedded_reports(page) == [doc] and "renderReports(" in page  # the report, drawn by web/report.js
     assert "## Compat profile" in (out / "r.md").read_text()
     assert doc["compat"]["developer_role"] is True and doc["compat"]["pi_compat"]["maxTokensField"] == "max_completion_tokens"
 
@@ -69,8 +71,9 @@ def test_matrix_and_diff(run, tmp_path, capsys):
     worse["target"] = "worse"
     next(r for r in worse["rules"] if r["id"] == "req.n.one")["outcome"] = "FAIL"
     (tmp_path / "w.json").write_text(json.dumps(worse))
-    assert main(["matrix", str(out / "r.json"), str(tmp_path / "w.json")]) == 0
+    assert main(["matrix", str(out / "r.json"), str(tmp_path / "w.json"), "--html", str(tmp_path / "m")]) == 0
     assert "| `req.n.one` | PASS | FAIL |" in capsys.readouterr().out
+    assert embedded_reports((tmp_path / "m" / "index.html").read_text()) == [doc, worse]  # one page, both columns
     assert main(["diff", str(out / "r.json"), str(tmp_path / "w.json")]) == 1
     assert "regression req.n.one: PASS -> FAIL" in capsys.readouterr().out
 

@@ -131,7 +131,8 @@ export function renderReports(root, docs, opts = {}) {
   }
   q.addEventListener("input", draw);
   which.addEventListener("change", draw);
-  root.replaceChildren(...docs.map(header), el("p", { className: "rep-filter" }, [q, " ", which, " ", count]), table);
+  root.replaceChildren(...docs.map(header), el("p", { className: "rep-filter" }, [q, " ", which, " ", count]),
+    el("div", { className: "rep-scroll" }, [table]));
   draw();
   if (opts.open && rules.has(opts.open)) {
     let tr = body.querySelector(`tr[data-rule="${CSS.escape(opts.open)}"]`);
