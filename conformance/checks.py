@@ -668,8 +668,8 @@ def metrics_unchanged(ctx: CheckContext) -> None:
 
 
 def profile_turns(ctx: CheckContext) -> None:
-    """Send one chat turn, read /profile again: that turn is the newest, with the id and the
-    counts its own response gave (timings are only checked for sign: they are noise)."""
+    """Send one chat turn, read /profile: that turn is there, with the id and the counts its
+    own response gave (timings are only checked for sign: they are noise)."""
     chat = ctx.spec.endpoints["chat"]
     body = {"model": _model(ctx), "max_tokens": 8, "temperature": 0,
             "messages": [{"role": "user", "content": "Repeat exactly: profile me"}]}
@@ -683,8 +683,11 @@ def profile_turns(ctx: CheckContext) -> None:
         raise CheckFailure("profile_turns", f"at most {doc.get('capacity')} turns", len(turns))
     if not turns:
         raise CheckFailure("profile_turns", "the chat turn just sent", "no turn")
-    last = turns[-1]
-    want = {"request_id": sent.header("x-request-id"), "endpoint": chat.path, "outcome": "completed",
+    # its own turn: found by request id (other requests may have finished since, in a run with
+    # --concurrency), or the newest when the response carried no id (rule err.request-id)
+    rid = sent.header("x-request-id")
+    last = next((t for t in reversed(turns) if t.get("request_id") == rid), turns[-1])
+    want = {"request_id": rid or last.get("request_id"), "endpoint": chat.path, "outcome": "completed",
             "prompt": usage.get("prompt_tokens"), "completion": usage.get("completion_tokens"),
             "cached": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)}
     got = {"request_id": last.get("request_id"), "endpoint": last.get("endpoint"), "outcome": last.get("outcome"),

@@ -151,7 +151,7 @@ def cmd_run(argv: list[str]) -> int:
     else:
         from .inprocess import ServerPool
 
-        pool = ServerPool(family=args.family)
+        pool = ServerPool(family=args.family, spec=spec)
 
         def target_for(vector: Any) -> Any:
             return pool.target(vector.server)

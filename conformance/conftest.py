@@ -55,6 +55,6 @@ def conform_env(request: Any) -> Any:
         return
     from .inprocess import ServerPool
 
-    pool = ServerPool()
+    pool = ServerPool(spec=spec)
     yield spec, sel, (lambda v: pool.target(v.server)), (lambda v: pool.release(v.server))
     pool.close()

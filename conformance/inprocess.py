@@ -33,8 +33,11 @@ SETTING_KEYS = {"family", "api_key", "max_queue", "queue_timeout", "kv_slots", "
 
 
 class ServerPool:
-    def __init__(self, family: str = "glm", wrap: Any = None) -> None:
+    def __init__(self, family: str = "glm", wrap: Any = None, spec: Any = None) -> None:
+        from colibri.spec import load_spec
+
         self.model = Model()
+        self.spec = spec or load_spec()  # read once: parsing the tables costs more than a server
         self.wrap = wrap  # a WSGI wrapper applied to every app (the suite's own tests inject defects)
         self.family = family  # for vectors that do not name one
         self.services: dict[str, Service] = {}
@@ -50,7 +53,7 @@ class ServerPool:
         conf = self._conf(server)
         key = json.dumps(conf, sort_keys=True)
         if key not in self.services:
-            self.services[key] = Service(Settings(**conf), model=self.model)
+            self.services[key] = Service(Settings(**conf), model=self.model, spec=self.spec)
         return self.services[key]
 
     def target(self, server: dict[str, Any]) -> InProcessTarget:

@@ -17,7 +17,7 @@ ALL = Selection(profiles=["openai", "strict", "anthropic", "logprobs", "tools", 
 
 
 def run(wrap=None):
-    pool = ServerPool(wrap=wrap)
+    pool = ServerPool(wrap=wrap, spec=SPEC)
     try:
         results, _ = run_suite(SPEC, ALL, lambda v: pool.target(v.server), release=lambda v: pool.release(v.server))
     finally:

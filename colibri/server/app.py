@@ -62,7 +62,7 @@ class HostGuard:
 #: connections to itself and to servers on this machine (the Spec page's "try it" and the Reports
 #: page may address another local server); no inline script, no plugin, no framing, no <base> rewrite.
 DASHBOARD_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                 "connect-src 'self' http://127.0.0.1:* http://localhost:* http://[::1]:*; "
+                 "connect-src 'self' http://127.0.0.1:* http://localhost:*; "
                  "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 
 
