@@ -76,7 +76,7 @@ def test_logprobs_and_systemone_turns(make):
     assert lp["seconds"]["logprobs"] > 0
     assert scored["endpoint"] == "/v1/systemone" and scored["tokens"]["completion"] == 0
     assert scored["tokens"]["prompt"] == s1.json["usage"]["input_tokens"] and scored["seconds"]["prefill"] > 0
-    assert scored["decode_steps"] == 0 and scored["ttft_seconds"] is None
+    assert scored["decode_steps"] == 0 and scored["ttft_seconds"] is None and scored["seconds"]["text"] > 0
 
 
 def test_capacity_zero_records_nothing(make):

@@ -10,8 +10,14 @@ let timer = null;
 
 const ms = (s) => (s === null || s === undefined ? "—" : `${(s * 1000).toFixed(s < 0.01 ? 2 : 1)} ms`);
 
+// The phases, then "other": the rest of the turn's total (hand-offs between the threads, and
+// waiting while the engine serves another request), so the bar is the whole turn.
 function phaseBar(turn, phases) {
-  const total = phases.reduce((a, p) => a + turn.seconds[p], 0) || 1;
+  const spent = phases.reduce((a, p) => a + turn.seconds[p], 0);
+  const seconds = { ...turn.seconds, other: Math.max(0, (turn.seconds.total ?? spent) - spent) };
+  phases = [...phases, "other"];
+  turn = { ...turn, seconds };
+  const total = phases.reduce((a, p) => a + seconds[p], 0) || 1;
   let x = 0;
   const rects = phases.map((p) => {
     const w = (turn.seconds[p] / total) * W;

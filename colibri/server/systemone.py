@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import string
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -190,12 +191,14 @@ class SystemOneResource:
                 kind, got = task.events.get()
             if kind == "error":
                 raise got if isinstance(got, Exception) else error("engine_failed")
+            t0 = time.perf_counter()
+            answers = {q.name: answer(q, softmax(np.asarray(rows))) for q, rows in zip(questions, got["rows"], strict=True)}
+            doc = {"id": f"s1-{uuid.uuid4().hex}", "object": "systemone", "model": self.svc.settings.model_id,
+                   "answers": answers,
+                   "usage": {"input_tokens": got["prompt_tokens"], "output_tokens": 0,
+                             "input_tokens_details": {"cached_tokens": got["reused"]}}}
+            resp.data = json.dumps(doc).encode()
+            task.turn.text += time.perf_counter() - t0  # the answers and their JSON (the profile's text phase)
         finally:
             self.svc.scheduler.profiles.add(task.turn)
-        answers = {q.name: answer(q, softmax(np.asarray(rows))) for q, rows in zip(questions, got["rows"], strict=True)}
-        doc = {"id": f"s1-{uuid.uuid4().hex}", "object": "systemone", "model": self.svc.settings.model_id,
-               "answers": answers,
-               "usage": {"input_tokens": got["prompt_tokens"], "output_tokens": 0,
-                         "input_tokens_details": {"cached_tokens": got["reused"]}}}
-        resp.data = json.dumps(doc).encode()
         resp.content_type = "application/json"
