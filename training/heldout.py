@@ -1,0 +1,224 @@
+"""The honest held-out evaluation of issue 16: prompts from vocabularies and phrasings the
+training generator (training/corpus.py) never uses, sent over HTTP to `colibri serve` exactly
+as a client would (greedy, the chat completions API), 500 items per behaviour by default.
+
+Disjointness: every word of the held-out pools is checked against every word the training
+generator can emit (its word lists, country table, tool names and parameter names, split on
+non-letters and lower-cased); a pool word found there is dropped, and the script refuses to
+run if a pool is left too small. The held-out generator has its own seed (7077) and its own
+phrasings; the repeat texts are drawn from these pools, digits and punctuation.
+
+    python training/heldout.py [--n 500] [--base-url http://127.0.0.1:8000]
+
+Without --base-url it starts `colibri serve` (the embedded model) on a free port and stops it.
+Prints the rates as a Markdown table; --json writes them with every miss.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "training"))
+
+SEED = 7077
+# Pools written for this set: words of several languages and scripts, names, identifiers.
+POOL_WORDS = (
+    "Fenster Schrank Gabel Löffel Brücke Straße Kerze Wolke zapato ventana cuchara manzana "
+    "bosque tortuga słońce jabłko rzeka książka çiçek köprü ağaç kalem ψωμί θάλασσα ουρανός "
+    "молоко окно дерево книга 桜 山道 電車 바다 하늘 나무 sapin écureuil pamplemousse gâteau "
+    "vinho janela cidade saudade kettle pebble lantern harbor meadow thimble walnut violet "
+    "marble copper velvet canyon prairie glacier orchard lagoon falcon otter badger heron"
+).split()
+POOL_NAMES = ["Ingrid", "Tomasz", "Aiyana", "Oluwaseun", "Björn", "Chiara", "Dmitri", "Leilani", "Matías", "Ngozi",
+              "Søren", "Yusuf", "Zofia", "Anahí", "Kenji", "Priya", "Rafael", "Émile", "Greta", "Hamid"]
+POOL_CITIES = ["Rome", "Lisbon", "Kraków", "Tbilisi", "Nairobi", "Oaxaca", "Tromsø", "Ljubljana", "Valparaíso",
+               "Hobart", "Izmir", "Bergen", "Cusco", "Aarhus", "Gdańsk", "Porto", "Sapporo", "Quito"]
+POOL_IDENTS = ["snake_case_name", "parseHttpHeader", "MAX_RETRY_COUNT", "user-agent", "__init__", "x86_64",
+               "fetchUserById", "tmp_dir_2", "onClickHandler", "utf8_decode", "CamelCaseThing", "is_valid"]
+PUNCT = [",", ".", "!", "?", ";", ":", "-", "(", ")", "'", "\"", "/", "&", "%", "#"]
+
+REPEAT_PHRASES = ["Please say back, word for word: {t}", "Copy this text verbatim: {t}",
+                  "Echo the following and nothing else: {t}", "Type back exactly what follows: {t}",
+                  "Return this string unchanged: {t}", "Write out precisely: {t}"]
+
+#: tool name -> (parameters, phrasings with {slots}); each argument value is a span of the prompt
+TOOLS: dict[str, tuple[dict[str, str], list[str]]] = {
+    "convert_units": ({"value": "number", "from_unit": "string", "to_unit": "string"},
+                      ["Convert {value} {from_unit} to {to_unit}.", "How many {to_unit} is {value} {from_unit}?"]),
+    "book_table": ({"restaurant": "string", "people": "integer"},
+                   ["Reserve a table at {restaurant} for {people}.", "Book {restaurant} for {people} people."]),
+    "check_forecast": ({"place": "string"},
+                       ["Will it rain in {place} tomorrow?", "What is the forecast for {place}?"]),
+    "send_sms": ({"recipient": "string", "body": "string"},
+                 ["Text {recipient}: {body}", "Send an SMS to {recipient} saying {body}"]),
+    "play_track": ({"artist": "string"}, ["Play something by {artist}.", "Put on a song from {artist}."]),
+}
+UNITS = [("km", "miles"), ("kg", "pounds"), ("liters", "gallons"), ("celsius", "fahrenheit"), ("meters", "feet")]
+
+
+def training_words() -> set[str]:
+    """Every word the training generator can emit, lower-cased."""
+    import corpus
+
+    text = json.dumps([getattr(corpus, n) for n in dir(corpus) if n.isupper() and not n.startswith("_")
+                       and isinstance(getattr(corpus, n), (list, dict, tuple, str))], ensure_ascii=False, default=str)
+    text += " " + Path(corpus.__file__).read_text()  # phrasings and names written inline too
+    return {w.lower() for w in re.findall(r"[^\W\d_]+", text)} | {w.lower() for w in re.findall(r"[\w-]+", text)}
+
+
+def disjoint(pool: list[str], seen: set[str], least: int, whole: bool = False) -> list[str]:
+    """The pool's entries none of whose words (or, for identifiers, not the whole) the training
+    generator emits."""
+    kept = [w for w in pool if (w.lower() not in seen if whole
+                                else not any(part.lower() in seen for part in re.findall(r"[^\W\d_]+", w)))]
+    if len(kept) < least:
+        raise SystemExit(f"held-out pool too small after removing training words: {kept}")
+    return kept
+
+
+class HeldOut:
+    def __init__(self, seed: int = SEED):
+        seen = training_words()
+        self.r = random.Random(seed)
+        self.words = disjoint(POOL_WORDS, seen, 40)
+        self.names = disjoint(POOL_NAMES, seen, 10)
+        self.cities = disjoint(POOL_CITIES, seen, 10)
+        self.idents = disjoint(POOL_IDENTS, seen, 6, whole=True)
+        self.dropped = sorted(set(POOL_WORDS + POOL_NAMES + POOL_CITIES + POOL_IDENTS)
+                              - set(self.words + self.names + self.cities + self.idents))
+
+    def text(self, lo: int, hi: int) -> str:
+        """A text of lo..hi characters: words, names, numbers, identifiers, punctuation, mixed case."""
+        want = self.r.randint(lo, hi)
+        parts: list[str] = []
+        while len(" ".join(parts)) < want:
+            kind = self.r.random()
+            w = (self.r.choice(self.words) if kind < 0.5 else self.r.choice(self.names) if kind < 0.62
+                 else str(self.r.randint(0, 99999)) if kind < 0.75 else self.r.choice(self.idents) if kind < 0.87
+                 else self.r.choice(self.words).upper())
+            if self.r.random() < 0.2:
+                w += self.r.choice(PUNCT)
+            parts.append(w)
+        t = " ".join(parts)
+        while len(t) > want and " " in t:
+            t = t.rsplit(" ", 1)[0]
+        return t[:hi]
+
+    def repeat(self) -> dict[str, Any]:
+        t = self.text(1, 60) if self.r.random() < 0.75 else self.text(61, 80)
+        return {"kind": "repeat", "prompt": self.r.choice(REPEAT_PHRASES).format(t=t), "want": t}
+
+    def tool(self) -> dict[str, Any]:
+        name = self.r.choice(list(TOOLS))
+        props, phrasings = TOOLS[name]
+        u = self.r.choice(UNITS)
+        values = {"value": str(self.r.randint(2, 500)), "from_unit": u[0], "to_unit": u[1],
+                  "restaurant": self.r.choice(self.words).capitalize(), "people": str(self.r.randint(2, 12)),
+                  "place": self.r.choice(self.cities), "recipient": self.r.choice(self.names),
+                  "body": " ".join(self.r.sample(self.words, 3)), "artist": self.r.choice(self.names)}
+        args = {k: values[k] for k in props}
+        others = self.r.sample([n for n in TOOLS if n != name], self.r.randint(0, 2))
+        offered = [name] + others
+        self.r.shuffle(offered)
+        tools = [{"type": "function", "function": {"name": n, "parameters": {
+            "type": "object", "properties": {k: {"type": t} for k, t in TOOLS[n][0].items()},
+            "required": list(TOOLS[n][0])}}} for n in offered]
+        return {"kind": "tool", "prompt": self.r.choice(phrasings).format(**args), "tools": tools, "name": name,
+                "args": args}
+
+
+def ask(client: Any, model: str, item: dict[str, Any], thinking: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "temperature": 0, "max_tokens": 200,
+                            "messages": [{"role": "user", "content": item["prompt"]}],
+                            "enable_thinking": thinking}
+    if "tools" in item:
+        body["tools"] = item["tools"]
+    r = client.post("/v1/chat/completions", json=body)
+    r.raise_for_status()
+    return r.json()["choices"][0]  # type: ignore[no-any-return]
+
+
+def same_value(got: Any, want: str) -> bool:
+    return str(got).strip() == want or (isinstance(got, (int, float)) and str(got) == want)
+
+
+def evaluate(base: str, n: int) -> dict[str, Any]:
+    import httpx
+
+    gen = HeldOut()
+    client = httpx.Client(base_url=base, timeout=120)
+    model = client.get("/v1/models").json()["data"][0]["id"]
+    counts: dict[str, list[int]] = {}
+    misses: dict[str, list[Any]] = {}
+
+    def count(key: str, ok: bool, miss: Any) -> None:
+        c = counts.setdefault(key, [0, 0])
+        c[0] += ok
+        c[1] += 1
+        if not ok and len(misses.setdefault(key, [])) < 20:
+            misses[key].append(miss)
+
+    for i in range(n):
+        item = gen.repeat()
+        thinking = i % 2 == 1  # half with thinking on: the reasoning block must close
+        c = ask(client, model, item, thinking)
+        content, reasoning = c["message"].get("content") or "", c["message"].get("reasoning_content")
+        band = "repeat ≤60" if len(item["want"]) <= 60 else "repeat 61-80"
+        count(band, content == item["want"], [item["prompt"], content])
+        count("turn ended", c["finish_reason"] != "length", item["prompt"])
+        if thinking:
+            count("reasoning closed (thinking on)", c["finish_reason"] != "length" and reasoning is not None, item["prompt"])
+        else:
+            count("no reasoning in content (thinking off)", "<think>" not in content and "</think>" not in content,
+                  [item["prompt"], content])
+    for _ in range(n):
+        item = gen.tool()
+        c = ask(client, model, item, False)
+        calls = c["message"].get("tool_calls") or []
+        offered = {t["function"]["name"] for t in item["tools"]}
+        good = len(calls) >= 1 and all(k["function"]["name"] in offered for k in calls)
+        count("tool call well-formed, to an offered tool", good, [item["prompt"], c["message"]])
+        args_ok = False
+        if good:
+            try:
+                got = json.loads(calls[0]["function"]["arguments"])
+                args_ok = calls[0]["function"]["name"] == item["name"] and set(got) == set(item["args"]) and all(
+                    same_value(got[k], v) for k, v in item["args"].items())
+            except (ValueError, TypeError):
+                args_ok = False
+        count("tool arguments equal the prompt's spans", args_ok, [item["prompt"], item["args"], calls[:1]])
+        count("turn ended", c["finish_reason"] != "length", item["prompt"])
+    return {"seed": SEED, "n": n, "dropped_from_pools": gen.dropped,
+            "rates": {k: {"ok": a, "of": b, "rate": round(a / b, 4)} for k, (a, b) in counts.items()}, "misses": misses}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=500, help="items per behaviour (repeat; tool calls)")
+    ap.add_argument("--base-url", help="a running colibri serve (default: start one with the embedded model)")
+    ap.add_argument("--json", type=Path, help="write the rates and up to 20 misses per behaviour here")
+    args = ap.parse_args()
+    if args.base_url:
+        doc = evaluate(args.base_url.rstrip("/").removesuffix("/v1"), args.n)
+    else:
+        from live_server import live_server
+
+        with live_server() as base:
+            doc = evaluate(base, args.n)
+    print("| behaviour | rate | count |\n|---|---|---|")
+    for k, v in doc["rates"].items():
+        print(f"| {k} | {100 * v['rate']:.1f}% | {v['ok']}/{v['of']} |")
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
