@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from .report import write_html
+from .report import write_assets, write_html
 from .suite import REMOTE_DEFAULT
 
 #: Failures that hurt clients most, first: a 500 or a broken stream ends a conversation, a
@@ -272,12 +272,14 @@ def write_compat(runs: list[Run], out: Path, explanations: dict[str, dict[str, s
     out.mkdir(parents=True, exist_ok=True)
     (out / "verdicts").mkdir(exist_ok=True)
     missing: list[str] = []
+    (out / "html").mkdir(exist_ok=True)
+    write_assets(out / "html")  # one renderer for every run's page
     for run in runs:
         page, unexplained = server_page(run, explanations.get(run.name) or {})
         (out / f"{run.name}.md").write_text(page)
         missing += [f"{run.name} {rid}" for rid in unexplained]
         shutil.rmtree(out / "html" / run.name / "evidence", ignore_errors=True)  # pages before the renderer drew them
-        write_html(run.doc, out / "html" / run.name)
+        write_html(run.doc, out / "html" / run.name, assets="../")
         verdicts = {"server": run.name, "version": run.meta.get("version"), "model": run.doc.get("model"),
                     "rules": {r["id"]: r["outcome"] for r in run.doc["rules"]}}
         (out / "verdicts" / f"{run.name}.json").write_text(json.dumps(verdicts, indent=1, sort_keys=True) + "\n")

@@ -215,17 +215,39 @@ def _bundle(names: list[str]) -> str:
     return '(() => {\n"use strict";\n' + code + "\n})();"
 
 
-def report_page(docs: list[dict[str, Any]], title: str) -> str:
-    """One self-contained HTML page drawing `docs` with web/report.js, the renderer of the
-    dashboard's Reports page: the reports' JSON, the script and its styles inline."""
+PAGE_CSS = "body{font-family:system-ui,sans-serif;margin:1em 2em}\n"
+
+
+def _assets() -> tuple[str, str]:
+    """The renderer as one classic script, and its stylesheet."""
+    return _bundle(["dom.js", "report.js", "report-static.js"]), PAGE_CSS + (data_dir("web") / "report.css").read_text()
+
+
+def write_assets(folder: Path) -> None:
+    """report.js and report.css in `folder`, for pages written with `assets` pointing there
+    (the compat pages share them instead of each carrying a copy)."""
+    script, css = _assets()
+    (folder / "report.js").write_text(script + "\n")
+    (folder / "report.css").write_text(css)
+
+
+def report_page(docs: list[dict[str, Any]], title: str, assets: str | None = None) -> str:
+    """An HTML page drawing `docs` with web/report.js, the renderer of the dashboard's Reports
+    page: the reports' JSON inline, and the script and its styles inline too (a page that
+    stands alone), or from `assets` + report.js/report.css (see write_assets)."""
     data = json.dumps(docs, ensure_ascii=False).replace("</", "<\\/").replace("<!--", "<\\u0021--")
-    css = (data_dir("web") / "report.css").read_text()
+    if assets is None:
+        script, css = _assets()
+        style, code = f"<style>{css}</style>", f"<script>{script}</script>"
+    else:
+        href = html.escape(assets, quote=True)
+        style, code = f"<link rel=\"stylesheet\" href=\"{href}report.css\">", f"<script src=\"{href}report.js\"></script>"
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{html.escape(title)}</title><style>body{{font-family:system-ui,sans-serif;margin:1em 2em}}\n{css}</style>"
+            f"<title>{html.escape(title)}</title>{style}"
             "</head><body><div id=\"report\"></div>\n"
             f"<script type=\"application/json\" id=\"report-data\">{data}</script>\n"
-            f"<script>{_bundle(['dom.js', 'report.js', 'report-static.js'])}</script></body></html>\n")
+            f"{code}</body></html>\n")
 
 
 _DATA = re.compile(r'<script type="application/json" id="report-data">(.*?)</script>', re.S)
@@ -240,12 +262,12 @@ def embedded_reports(page: str) -> list[dict[str, Any]]:
     return docs
 
 
-def write_html(docs: dict[str, Any] | list[dict[str, Any]], out: Path) -> None:
+def write_html(docs: dict[str, Any] | list[dict[str, Any]], out: Path, assets: str | None = None) -> None:
     """out/index.html: the report (or several side by side), #rule-id opening that rule."""
     docs = docs if isinstance(docs, list) else [docs]
     out.mkdir(parents=True, exist_ok=True)
     title = "colibri-conform: " + ", ".join(str(d.get("target", "?")) for d in docs)
-    (out / "index.html").write_text(report_page(docs, title))
+    (out / "index.html").write_text(report_page(docs, title, assets))
 
 
 def now_iso() -> str:
