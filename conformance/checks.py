@@ -15,6 +15,7 @@ from typing import Any
 
 from colibri.schemas import validator
 from colibri.spec.paths import MISSING, get
+from colibri.tool_parsers import declared as tool_names
 
 from .exchange import BodyNotJson, Exchange
 
@@ -701,7 +702,7 @@ def profile_turns(ctx: CheckContext) -> None:
 
 def tool_calls_offered(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
-    offered = {t["function"]["name"] if "function" in t else t["name"] for t in (ctx.body or {}).get("tools", [])}
+    offered = set(tool_names((ctx.body or {}).get("tools")))
     stray = [name for name, _ in a.tool_calls if name not in offered]
     if stray:
         raise CheckFailure("tool_calls_offered", f"calls to {sorted(offered)} only", stray)
@@ -713,7 +714,7 @@ def tool_names_declared(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
     if not a.tool_calls:
         raise NotApplicable("the model made no tool call")
-    declared = {t["function"]["name"] if "function" in t else t["name"] for t in (ctx.body or {}).get("tools", [])}
+    declared = set(tool_names((ctx.body or {}).get("tools")))
 
     def norm(n: str) -> str:
         return n.replace("-", "_").replace("__", "_").lower()
