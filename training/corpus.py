@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from colibri.chat_template import render  # noqa: E402
+from lexicon import ENGLISH, Lexicon  # noqa: E402
+from tooldomains import ToolTasks  # noqa: E402
 
 MODEL_DIR = ROOT / "colibri" / "models" / "tiny"
 FAMILIES = {
@@ -108,9 +110,54 @@ FIXED_TOOLS = {
 }
 
 
+# Repeat instructions are put together from these parts, so the model meets the same request
+# in many words and learns that what follows the instruction is the text to copy.
+REPEAT_VERBS = ["Repeat", "Say", "Echo", "Reproduce", "Output", "Print", "Write", "Copy", "Send back", "Quote",
+                "Restate", "Reply with", "Respond with", "Answer with", "Give me", "Show", "Mirror", "Duplicate"]
+REPEAT_OBJECTS = ["", "", "this", "the text", "this text", "these words", "this line", "the string",
+                  "the next line", "my text", "the phrase", "this phrase", "the input"]
+REPEAT_HOW = ["", "exactly", "exactly", "verbatim", "as is", "character for character", "without changes",
+              "literally", "unmodified", "identically", "letter for letter", "one to one"]
+REPEAT_SHAPES = ["{v} {o} {h}: {t}", "{v} {h} {o}: {t}", "Please {lv} {o} {h}: {t}", "Can you {lv} {o} {h}? {t}",
+                 "{v} {o} {h}:\n{t}", "{v} {o} {h}, nothing more: {t}", "{t}\n\n{v} that {h}.",
+                 '{v} {o} {h}: "{t}"', "Just {lv} {o} {h}: {t}", "{v} {o} {h} - {t}", "I need you to {lv} {o} {h}: {t}"]
+
+
+def heldout_words() -> set[str]:
+    """The held-out evaluation's pool words: the lexicon never emits them."""
+    import heldout
+
+    return set(heldout.POOL_WORDS + heldout.POOL_NAMES + heldout.POOL_CITIES + heldout.POOL_IDENTS)
+
+
+def repeat_instruction(r: random.Random, t: str, lex: Lexicon) -> str:
+    """One made-up way of asking for `t` back, never one of the held-out set's phrasings. A third
+    of them carry words of no meaning before the colon, so the model learns that the text to copy
+    is what follows the instruction, whatever the instruction says."""
+    while True:
+        v = r.choice(REPEAT_VERBS)
+        o = r.choice(REPEAT_OBJECTS)
+        if r.random() < 0.35:
+            o = (o + " " + " ".join(r.choice([lex.latin(), r.choice(ENGLISH)]) for _ in range(r.randint(1, 4)))).strip()
+        q = r.choice(REPEAT_SHAPES).format(v=v, lv=v.lower(), o=o, h=r.choice(REPEAT_HOW), t="\0")
+        while "  " in q:
+            q = q.replace("  ", " ")
+        q = q.replace(" :", ":").replace(" ,", ",").replace(" ?", "?").replace(" .", ".").replace(" -", " -")
+        if q.split("\0")[0].strip() not in FORBIDDEN_HEADS:
+            return q.replace("\0", t)
+
+
+FORBIDDEN_HEADS: set[str] = set()  # filled by Gen from the held-out phrasings
+
+
 class Gen:
     def __init__(self, rng: random.Random):
         self.r = rng
+        self.lex = Lexicon(rng, avoid=heldout_words())
+        self.tools = ToolTasks(self.lex)
+        import heldout
+
+        FORBIDDEN_HEADS.update(p.split("{t}")[0].strip() for p in heldout.REPEAT_PHRASES)
 
     # ---------------------------------------------------------------- text pieces
     def repeat_text(self) -> str:
@@ -150,8 +197,12 @@ class Gen:
 
     # ---------------------------------------------------------------- tasks (user, reasoning, reply)
     def task_repeat(self) -> tuple[str, str, str]:
-        t = self.repeat_text()
-        q = self.r.choice(["Repeat exactly: {t}"] * 8 + ["Say exactly: {t}", "Echo back exactly: {t}"]).format(t=t)
+        r = self.r
+        t = self.repeat_text() if r.random() < 0.25 else self.lex.text(1, 80)
+        if r.random() < 0.2:
+            q = r.choice(["Repeat exactly: {t}"] * 8 + ["Say exactly: {t}", "Echo back exactly: {t}"]).format(t=t)
+        else:
+            q = repeat_instruction(r, t, self.lex)
         return q, "The user wants the text repeated exactly.", t
 
     def task_capital(self) -> tuple[str, str, str]:
@@ -201,7 +252,7 @@ class Gen:
 
     def task_plain(self) -> tuple[str, str, str]:
         f = self.r.choices([self.task_repeat, self.task_capital, self.task_translate, self.task_smalltalk,
-                            self.task_count, self.task_reverse], weights=[40, 20, 12, 8, 12, 8])[0]
+                            self.task_count, self.task_reverse], weights=[55, 16, 10, 7, 8, 6])[0]
         return f()
 
     # ---------------------------------------------------------------- tools
@@ -239,7 +290,7 @@ class Gen:
             q = f"Use the calculator to work out {a} {op} {b}."
         elif name == "convert_currency":
             args = {"amount": r.randint(1, 500), "from": r.choice(["EUR", "USD", "GBP"]), "to": r.choice(["JPY", "CHF", "SEK"])}
-            q = "Convert {amount} {from} to {to}.".format(**args)
+            q = "Convert {amount} {from} into {to}.".format(**args)
         elif name == "send_email":
             args = {"to": f"{r.choice(VOCAB)}@example.com", "subject": r.choice(VOCAB) + " " + r.choice(VOCAB)}
             q = "Send an email to {to} with subject {subject}.".format(**args)
@@ -255,11 +306,11 @@ class Gen:
 
     def tool_result(self, name: str, args: dict) -> tuple[str, str]:
         r = self.r
-        if name == "get_weather":
+        if name == "get_weather" and "city" in args:
             t, c = r.randint(-5, 35), r.choice(CONDITIONS)
             return (json.dumps({"city": args["city"], "temperature_c": t, "condition": c}, ensure_ascii=False),
                     f"The weather in {args['city']} is {c}, {t}°C.")
-        if name == "get_time":
+        if name == "get_time" and "city" in args:
             hh, mm = r.randint(0, 23), r.randint(0, 59)
             return json.dumps({"city": args["city"], "time": f"{hh:02d}:{mm:02d}"}, ensure_ascii=False), \
                 f"It is {hh:02d}:{mm:02d} in {args['city']}."
@@ -268,10 +319,16 @@ class Gen:
 
     def tool_conversation(self) -> dict:
         r = self.r
-        n_generic = r.randint(0, 3)
-        pool = r.sample(list(FIXED_TOOLS.values()), r.randint(1, 3)) + [self.generic_tool() for _ in range(n_generic)]
-        r.shuffle(pool)
-        pool = pool[:4]
+        domain = r.random() < 0.65
+        if domain:  # a request from one of many domains, the offered tools varying around it
+            pool, target, q, args = self.tools.task()
+        else:
+            n_generic = r.randint(0, 3)
+            pool = r.sample(list(FIXED_TOOLS.values()), r.randint(1, 3)) + [self.generic_tool() for _ in range(n_generic)]
+            r.shuffle(pool)
+            pool = pool[:4]
+            target = r.choice(pool)
+            q, args = self.call_for(target)
         kind = r.random()
         messages: list[dict] = []
         tool_choice = None
@@ -279,15 +336,13 @@ class Gen:
             # tools offered but not needed: answer directly
             q, why, a = self.task_plain()
             return {"tools": pool, "messages": [{"role": "user", "content": q}], "reply": a, "why": why}
-        target = r.choice(pool)
         tname = target["function"]["name"]
         if kind < 0.22:
             tool_choice = "required"
         elif kind < 0.32:
             tool_choice = {"type": "function", "function": {"name": tname}}
-        q, args = self.call_for(target)
         calls = [{"id": f"call_{r.randint(0, 10**8)}", "type": "function", "function": {"name": tname, "arguments": args}}]
-        if tname == "get_weather" and r.random() < 0.15:
+        if tname == "get_weather" and not domain and r.random() < 0.15:
             other = r.choice([c[1] for c in COUNTRIES if c[1] != args["city"]])
             q = f"What's the weather in {args['city']} and {other}?"
             calls.append({"id": f"call_{r.randint(0, 10**8)}", "type": "function",
@@ -320,9 +375,9 @@ class Gen:
     def conversation(self) -> dict:
         r = self.r
         x = r.random()
-        if x < 0.38:
+        if x < 0.45:
             conv = self.tool_conversation()
-        elif x < 0.42:
+        elif x < 0.48:
             conv = self.no_tool_refusal()
         else:
             q, why, a = self.task_plain()

@@ -3,9 +3,12 @@ training generator (training/corpus.py) never uses, sent over HTTP to `colibri s
 as a client would (greedy, the chat completions API), 500 items per behaviour by default.
 
 Disjointness: every word of the held-out pools is checked against every word the training
-generator can emit (its word lists, country table, tool names and parameter names, split on
-non-letters and lower-cased); a pool word found there is dropped, and the script refuses to
-run if a pool is left too small. The held-out generator has its own seed (7077) and its own
+generator can emit (the word lists, tables, tool names and parameter names of corpus.py,
+lexicon.py and tooldomains.py, split on non-letters and lower-cased); a pool word found there
+is dropped, and the script refuses to run if a pool is left too small. The training lexicon
+makes its words up and throws away any that is a pool word. Phrasings are checked too: no tool
+phrasing here is written (slots blanked) in the training sources, and no repeat instruction
+here is among 20,000 the training generator composes; otherwise the script refuses to run. The held-out generator has its own seed (7077) and its own
 phrasings; the repeat texts are drawn from these pools, digits and punctuation.
 
     python training/heldout.py [--n 500] [--base-url http://127.0.0.1:8000]
@@ -63,14 +66,47 @@ TOOLS: dict[str, tuple[dict[str, str], list[str]]] = {
 UNITS = [("km", "miles"), ("kg", "pounds"), ("liters", "gallons"), ("celsius", "fahrenheit"), ("meters", "feet")]
 
 
+TRAINING_MODULES = ("corpus", "lexicon", "tooldomains")
+
+
 def training_words() -> set[str]:
-    """Every word the training generator can emit, lower-cased."""
+    """Every word the training generator can emit, lower-cased: the constants and the source text
+    of every module it is built from."""
+    import importlib
+
+    text = ""
+    for name in TRAINING_MODULES:
+        mod = importlib.import_module(name)
+        text += json.dumps([getattr(mod, n) for n in dir(mod) if n.isupper() and not n.startswith("_")
+                            and isinstance(getattr(mod, n), (list, dict, tuple, str))], ensure_ascii=False, default=str)
+        text += " " + Path(mod.__file__).read_text()  # phrasings and names written inline too
+    return {w.lower() for w in re.findall(r"[^\W\d_]+", text)} | {w.lower() for w in re.findall(r"[\w-]+", text)}
+
+
+def shape(template: str) -> str:
+    """A phrasing with its slots blanked: "Convert {value} {from_unit}." -> "convert {} {}."."""
+    return re.sub(r"\{\w*\}", "{}", template).strip().lower()
+
+
+def check_phrasings(samples: int = 20000) -> None:
+    """Refuse to run if the training generator can produce a held-out phrasing: every tool
+    phrasing written in its sources is compared slot-blind, and the repeat instructions it
+    composes are sampled and compared whole."""
+    import importlib
+
     import corpus
 
-    text = json.dumps([getattr(corpus, n) for n in dir(corpus) if n.isupper() and not n.startswith("_")
-                       and isinstance(getattr(corpus, n), (list, dict, tuple, str))], ensure_ascii=False, default=str)
-    text += " " + Path(corpus.__file__).read_text()  # phrasings and names written inline too
-    return {w.lower() for w in re.findall(r"[^\W\d_]+", text)} | {w.lower() for w in re.findall(r"[\w-]+", text)}
+    written = set()
+    for name in TRAINING_MODULES:
+        src = Path(importlib.import_module(name).__file__).read_text()
+        written |= {shape(m) for m in re.findall(r'"([^"\n]*\{\w*\}[^"\n]*)"', src)}
+    clash = [p for _, (_, ps) in TOOLS.items() for p in ps if shape(p) in written]
+    g = corpus.Gen(random.Random(1))
+    heads = {shape(p.split("{t}")[0]) for p in REPEAT_PHRASES}
+    made = {shape(g.task_repeat()[0].split(":")[0] + ":") for _ in range(samples)}
+    clash += sorted(heads & made)
+    if clash:
+        raise SystemExit(f"held-out phrasings the training generator also produces: {clash}")
 
 
 def disjoint(pool: list[str], seen: set[str], least: int, whole: bool = False) -> list[str]:
@@ -152,6 +188,7 @@ def same_value(got: Any, want: str) -> bool:
 def evaluate(base: str, n: int) -> dict[str, Any]:
     import httpx
 
+    check_phrasings()
     gen = HeldOut()
     client = httpx.Client(base_url=base, timeout=120)
     model = client.get("/v1/models").json()["data"][0]["id"]
@@ -203,6 +240,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500, help="items per behaviour (repeat; tool calls)")
     ap.add_argument("--base-url", help="a running colibri serve (default: start one with the embedded model)")
+    ap.add_argument("--model", help="serve this model directory instead of the embedded model (no --base-url)")
+    ap.add_argument("--family", help="serve with this family (default: glm, the embedded model's, with --model)")
     ap.add_argument("--json", type=Path, help="write the rates and up to 20 misses per behaviour here")
     args = ap.parse_args()
     if args.base_url:
@@ -210,7 +249,9 @@ def main() -> int:
     else:
         from live_server import live_server
 
-        with live_server() as base:
+        extra = (["--model", args.model, "--model-id", "colibri-tiny"] if args.model else []) + (
+            ["--family", args.family or "glm"] if args.model or args.family else [])
+        with live_server(*extra) as base:
             doc = evaluate(base, args.n)
     print("| behaviour | rate | count |\n|---|---|---|")
     for k, v in doc["rates"].items():

@@ -1,0 +1,226 @@
+"""Tool-calling tasks for the training corpus: many everyday domains, each with several tool
+names, parameter names and request phrasings, so the model learns to pick the offered tool
+that fits the request and to copy each argument's span out of the user's words, whatever the
+tool is called and whatever the value is.
+
+A role is what an argument means ("city", "count"); a schema names each role with one of its
+parameter names. Values come from the lexicon (made-up names and places, any number), so the
+only way to get an argument right is to copy it.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from lexicon import Lexicon
+
+UNITS = ["km", "miles", "kg", "pounds", "liters", "gallons", "celsius", "fahrenheit", "meters", "feet",
+         "inches", "cm", "mm", "yards", "ounces", "grams", "tons", "cups", "pints", "seconds", "minutes",
+         "hours", "days", "weeks", "bytes", "MB", "GB", "mph", "knots", "acres", "hectares", "kelvin", "stone"]
+LANGUAGES = ["French", "German", "Spanish", "Italian", "Japanese", "Korean", "Greek", "Polish", "Dutch",
+             "Swahili", "Hindi", "Arabic", "Finnish", "Czech", "Russian"]
+CURRENCIES = ["EUR", "USD", "GBP", "JPY", "CHF", "SEK", "NOK", "CAD", "AUD", "INR", "BRL", "PLN"]
+
+#: role -> (JSON type, value kind)
+ROLES: dict[str, tuple[str, str]] = {
+    "city": ("string", "place"), "origin": ("string", "place"), "destination": ("string", "place"),
+    "person": ("string", "name"), "venue": ("string", "name"), "artist": ("string", "name"),
+    "title": ("string", "words"), "body": ("string", "words"), "query": ("string", "words"),
+    "item": ("string", "word"), "room": ("string", "word"), "date": ("string", "date"),
+    "email": ("string", "email"), "language": ("string", "language"), "unit_from": ("string", "unit"),
+    "unit_to": ("string", "unit"), "cur_from": ("string", "currency"), "cur_to": ("string", "currency"),
+    "amount": ("number", "number"), "count": ("integer", "count"), "minutes": ("integer", "count"),
+    "nights": ("integer", "count"), "level": ("integer", "count"),
+}
+
+#: (keywords tool names are made from, {role: parameter names}, phrasings with {role} slots)
+DOMAINS: list[tuple[list[str], dict[str, list[str]], list[str]]] = [
+    (["weather", "forecast", "conditions", "climate", "rain_check", "weather_report"],
+     {"city": ["city", "location", "town", "where"]},
+     ["What's the weather in {city}?", "How is the weather in {city} today?", "Weather in {city}?",
+      "Is it raining in {city}?", "Will it snow in {city} this week?", "Do I need an umbrella in {city}?",
+      "How hot is it in {city}?", "Tell me the forecast in {city}.", "Is it sunny in {city} right now?",
+      "Weather report for {city}, please.", "Check the weather for {city}.", "Any storms coming to {city}?"]),
+    (["time", "local_time", "clock", "current_time", "hour"],
+     {"city": ["city", "location", "zone", "where"]},
+     ["What time is it in {city}?", "Current time in {city}?", "Tell me the local time in {city}.",
+      "Is it late in {city} now?", "What's the hour in {city}?", "Clock check for {city}."]),
+    (["units", "unit", "measure", "measurement", "length", "quantity"],
+     {"amount": ["value", "amount", "quantity", "number"], "unit_from": ["from_unit", "from", "source_unit", "unit_from"],
+      "unit_to": ["to_unit", "to", "target_unit", "unit_to"]},
+     ["Convert {amount} {unit_from} into {unit_to}.", "What is {amount} {unit_from} in {unit_to}?",
+      "{amount} {unit_from} to {unit_to}, please.", "How much is {amount} {unit_from} in {unit_to}?",
+      "Change {amount} {unit_from} to {unit_to}.", "Express {amount} {unit_from} in {unit_to}.",
+      "I have {amount} {unit_from}; how many {unit_to} is that?", "Turn {amount} {unit_from} into {unit_to}.",
+      "How many {unit_to} are in {amount} {unit_from}?", "Give me {amount} {unit_from} as {unit_to}."]),
+    (["currency", "money", "fx", "exchange_rate"],
+     {"amount": ["amount", "value", "sum"], "cur_from": ["from", "from_currency", "base"],
+      "cur_to": ["to", "to_currency", "target"]},
+     ["Convert {amount} {cur_from} into {cur_to}.", "How much is {amount} {cur_from} in {cur_to}?",
+      "Exchange {amount} {cur_from} for {cur_to}.", "What are {amount} {cur_from} worth in {cur_to}?"]),
+    (["table", "restaurant", "reservation", "dinner", "dining"],
+     {"venue": ["restaurant", "venue", "place_name", "name"], "count": ["people", "guests", "party_size", "seats"]},
+     ["Get me a table at {venue} for {count}.", "Make a reservation at {venue} for {count} people.",
+      "I need a table for {count} at {venue}.", "Reserve {venue} for {count} guests.",
+      "Can you book dinner at {venue} for {count}?", "Table for {count} at {venue}, please.",
+      "We are {count}; find us seats at {venue}.", "Book us in at {venue}, party of {count}."]),
+    (["hotel", "room", "lodging", "stay"],
+     {"city": ["city", "location", "destination"], "nights": ["nights", "stay_nights", "duration"]},
+     ["Book a hotel in {city} for {nights} nights.", "I need a room in {city} for {nights} nights.",
+      "Find me somewhere to stay in {city}, {nights} nights.", "Reserve {nights} nights in {city}."]),
+    (["flights", "flight", "airfare", "plane_ticket"],
+     {"origin": ["origin", "from", "departure"], "destination": ["destination", "to", "arrival"]},
+     ["Find flights from {origin} to {destination}.", "Are there flights between {origin} and {destination}?",
+      "Fly me from {origin} to {destination}.", "Search a flight {origin} to {destination}."]),
+    (["directions", "route", "navigation", "map_route"],
+     {"origin": ["origin", "start", "from"], "destination": ["destination", "end", "to"]},
+     ["How do I get from {origin} to {destination}?", "Directions from {origin} to {destination}, please.",
+      "Plan a route from {origin} to {destination}.", "Navigate me to {destination} from {origin}."]),
+    (["message", "text", "sms", "chat_message", "note_to"],
+     {"person": ["recipient", "to", "contact", "person"], "body": ["message", "text", "body", "content"]},
+     ["Message {person}: {body}", "Send {person} a text: {body}", "Tell {person} that {body}",
+      "Write to {person} saying {body}", "Let {person} know: {body}", "Drop {person} a note: {body}",
+      "Send a message to {person} that says {body}", "Ping {person} with: {body}"]),
+    (["email", "mail", "e_mail"],
+     {"email": ["to", "address", "recipient"], "title": ["subject", "title", "topic"]},
+     ["Send an email to {email} with subject {title}.", "Email {email} about {title}.",
+      "Mail {email}, subject: {title}", "Write an email to {email} titled {title}."]),
+    (["music", "song", "track", "playlist", "tunes", "audio"],
+     {"artist": ["artist", "singer", "band", "performer"]},
+     ["Play some {artist}.", "I want to hear {artist}.", "Start music by {artist}.",
+      "Queue a few songs by {artist}.", "Can you play {artist} for me?", "Put {artist} on.",
+      "Music from {artist}, please.", "Let's listen to {artist}."]),
+    (["reminder", "remind", "alert"],
+     {"body": ["text", "note", "what"], "minutes": ["minutes", "in_minutes", "delay"]},
+     ["Remind me to {body} in {minutes} minutes.", "In {minutes} minutes, remind me: {body}",
+      "Set a reminder for {minutes} minutes from now: {body}"]),
+    (["timer", "countdown", "stopwatch"],
+     {"minutes": ["minutes", "duration", "length"]},
+     ["Set a timer for {minutes} minutes.", "Start a {minutes} minute timer.", "Countdown {minutes} minutes, please.",
+      "Time {minutes} minutes for me."]),
+    (["web", "search", "info", "internet"],
+     {"query": ["query", "q", "terms", "text"]},
+     ["Search the web for {query}.", "Look up {query}.", "Find information about {query}.",
+      "Google {query} for me.", "Search: {query}"]),
+    (["translation", "translate", "language"],
+     {"body": ["text", "source", "phrase"], "language": ["language", "target", "lang"]},
+     ["Translate {body} into {language}.", "How would you say {body} in {language}?",
+      "Put {body} into {language}."]),
+    (["event", "calendar", "meeting", "appointment"],
+     {"title": ["title", "name", "event"], "date": ["date", "day", "when"]},
+     ["Add {title} to my calendar on {date}.", "Schedule {title} for {date}.", "Create an event {title} on {date}.",
+      "Put {title} in the calendar for {date}."]),
+    (["cart", "order", "purchase", "shopping"],
+     {"item": ["item", "product", "name"], "count": ["quantity", "count", "qty"]},
+     ["Add {count} {item} to my cart.", "Buy {count} {item}.", "Order {count} {item} for me.",
+      "I'd like {count} {item}, please."]),
+    (["lights", "lamp", "brightness"],
+     {"room": ["room", "area", "zone"], "level": ["level", "brightness", "percent"]},
+     ["Set the {room} lights to {level}.", "Dim the {room} to {level} percent.", "Lights in the {room} at {level}.",
+      "Make the {room} {level} percent bright."]),
+]
+
+
+VERBS = ["get", "check", "find", "lookup", "fetch", "show", "query", "read", "do", "run", "make", "set", "send",
+         "book", "play", "convert", "start", "add", "create", "search", "plan", "request", "open", "call", "use"]
+#: the held-out evaluation's tool names (training/heldout.py); names are never made equal to one
+HELDOUT_NAMES = {"convert_units", "book_table", "check_forecast", "send_sms", "play_track"}
+
+
+def value(lex: Lexicon, kind: str) -> Any:
+    r = lex.r
+    if kind == "place":
+        return lex.place()
+    if kind == "name":
+        return lex.name() if r.random() < 0.8 else f"{lex.name()} {lex.name()}"
+    if kind == "words":
+        return " ".join(lex.token() if r.random() < 0.5 else lex.latin() for _ in range(r.randint(1, 5)))
+    if kind == "word":
+        return lex.latin() if r.random() < 0.7 else lex.name()
+    if kind == "date":
+        return r.choice([f"{r.randint(1, 28)} {r.choice(['May', 'June', 'July', 'March'])}",
+                         f"2026-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}", r.choice(["Monday", "Friday", "tomorrow"])])
+    if kind == "email":
+        return f"{lex.latin().encode('ascii', 'ignore').decode() or 'x'}@{lex.latin().encode('ascii', 'ignore').decode() or 'y'}.com"
+    if kind == "language":
+        return r.choice(LANGUAGES)
+    if kind == "unit":
+        return r.choice(UNITS)
+    if kind == "currency":
+        return r.choice(CURRENCIES)
+    if kind == "number":
+        return r.randint(1, 9999) if r.random() < 0.8 else round(r.uniform(0.5, 999), r.choice([1, 2]))
+    if kind == "count":
+        return r.randint(1, 120)
+    raise ValueError(kind)
+
+
+def schema_tool(name: str, params: dict[str, str], description: str | None) -> dict:
+    fn: dict[str, Any] = {"name": name}
+    if description:
+        fn["description"] = description
+    fn["parameters"] = {"type": "object", "properties": {p: {"type": ROLES[role][0]} for p, role in params.items()},
+                        "required": list(params)}
+    return {"type": "function", "function": fn}
+
+
+class ToolTasks:
+    def __init__(self, lex: Lexicon):
+        self.lex = lex
+        self.r = lex.r
+
+    def tool(self, domain: int | None = None) -> tuple[int, dict, dict[str, str]]:
+        """(domain index, an OpenAI tool, {parameter name: role})."""
+        r = self.r
+        d = r.randrange(len(DOMAINS)) if domain is None else domain
+        keywords, roles, phrasings = DOMAINS[d]
+        name = self.name(keywords)
+        params: dict[str, str] = {}
+        for role, pnames in roles.items():
+            choices = [p for p in pnames if p not in params]
+            params[r.choice(choices)] = role
+        if len(roles) == 1 and r.random() < 0.25:  # one argument: any name will do, copy it from the schema
+            params = {self.lex.ident().lower().strip("_-") or "arg": next(iter(roles))}
+        desc = name.replace("_", " ").capitalize() + "." if r.random() < 0.4 else None
+        return d, schema_tool(name, params, desc), params
+
+    def name(self, keywords: list[str]) -> str:
+        """A tool name: mostly a verb and one of the domain's keywords in some spelling, sometimes
+        a made-up word, so the name has to be copied from the offered list, not remembered."""
+        r = self.r
+        while True:
+            k, v = r.choice(keywords), r.choice(VERBS)
+            x = r.random()
+            if x < 0.45:
+                n = f"{v}_{k}"
+            elif x < 0.6:
+                n = k
+            elif x < 0.7:
+                n = f"{k}_{v}"
+            elif x < 0.8:
+                n = f"{v}{k.title().replace('_', '')}"
+            elif x < 0.9:
+                n = f"{v}_{k}_{self.lex.latin().encode('ascii', 'ignore').decode() or 'x'}"
+            else:
+                n = f"{self.lex.latin()}_{k}".encode("ascii", "ignore").decode()
+            if n not in HELDOUT_NAMES and n[:1].isalpha():
+                return n
+
+    def task(self) -> tuple[list[dict], dict, str, dict[str, Any]]:
+        """(offered tools, the tool to call, the user's request, the arguments it implies)."""
+        r = self.r
+        d, target, params = self.tool()
+        others: list[dict] = []
+        used = {target["function"]["name"]}
+        for _ in range(r.choice([0, 1, 1, 2, 2, 3])):
+            od = r.choice([i for i in range(len(DOMAINS)) if i != d])
+            _, t, _ = self.tool(od)
+            if t["function"]["name"] not in used:
+                used.add(t["function"]["name"])
+                others.append(t)
+        offered = [target] + others
+        r.shuffle(offered)
+        by_role = {role: value(self.lex, ROLES[role][1]) for role in set(params.values())}
+        request = r.choice(DOMAINS[d][2]).format(**{k: v for k, v in by_role.items()})
+        args = {p: by_role[role] for p, role in params.items()}
+        return offered, target, request, args
