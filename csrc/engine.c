@@ -932,11 +932,9 @@ static vec16 hsum16x16(const vec16 *a) {
 
 /* Attention for a head of NV whole vectors (NV a literal at each call site, so the loops
  * over it unroll). See attend. */
-static inline __attribute__((always_inline)) void attend_vec(float *out, const float *q, const float *k,
-                                                           const float *v, int kv_stride, int n_t, float *att,
-                                                           float scale, int NV) {
-    vec16 qv[8], o[8], a[PANEL];
-    for (int c = 0; c < NV; c++) { qv[c] = load16(q + c * PANEL); o[c] = (vec16){0}; }
+static inline __attribute__((always_inline)) void scores_vec(float *att, const vec16 *qv, const float *k, int kv_stride,
+                                                           int n_t, float scale, int NV) {
+    vec16 a[PANEL];
     int t = 0;
     for (; t + PANEL <= n_t; t += PANEL) {  /* scores sixteen positions at a time */
         for (int i = 0; i < PANEL; i++) {
@@ -953,37 +951,52 @@ static inline __attribute__((always_inline)) void attend_vec(float *out, const f
         for (int c = 1; c < NV; c++) acc += qv[c] * load16(kt + c * PANEL);
         att[t] = hsum16(acc) * scale;
     }
-    softmax(att, n_t);
-    for (t = 0; t < n_t; t++) {
+}
+
+static inline __attribute__((always_inline)) void attend_vec(float *out, const float *q, const float *k,
+                                                           const float *v, int kv_stride, int n_t, const float *k2,
+                                                           const float *v2, int n2, float *att, float scale, int NV) {
+    vec16 qv[8], o[8];
+    for (int c = 0; c < NV; c++) { qv[c] = load16(q + c * PANEL); o[c] = (vec16){0}; }
+    scores_vec(att, qv, k, kv_stride, n_t, scale, NV);
+    if (n2) scores_vec(att + n_t, qv, k2, kv_stride, n2, scale, NV);
+    softmax(att, n_t + n2);
+    for (int t = 0; t < n_t; t++) {
         const float *vt = v + (size_t)t * kv_stride;
         for (int c = 0; c < NV; c++) o[c] += att[t] * load16(vt + c * PANEL);
+    }
+    for (int t = 0; t < n2; t++) {
+        const float *vt = v2 + (size_t)t * kv_stride;
+        for (int c = 0; c < NV; c++) o[c] += att[n_t + t] * load16(vt + c * PANEL);
     }
     for (int c = 0; c < NV; c++) memcpy(out + c * PANEL, &o[c], sizeof o[c]);
 }
 
-/* One head of causal attention over n_t cached positions: out (hs) = softmax(q.K^T / sqrt(hs)) V.
- * K and V rows are kv_stride apart. Head sizes of 16, 32, 64 and 128 (nearly every model)
- * run on whole vectors; others take the plain loops. `att` is scratch for n_t scores. */
+/* One head of causal attention over n_t cached positions, then n2 more from a second span
+ * (k2, v2; n2 may be 0): out (hs) = softmax(q.K^T / sqrt(hs)) V over both, as if the two
+ * spans were one run of positions. K and V rows are kv_stride apart. Head sizes of 16, 32,
+ * 64 and 128 (nearly every model) run on whole vectors; others take the plain loops. `att` is
+ * scratch for n_t + n2 scores. */
 static void attend(float *out, const float *q, const float *k, const float *v, int kv_stride, int hs, int n_t,
-                   float *att) {
+                   const float *k2, const float *v2, int n2, float *att) {
     const float scale = 1.0f / sqrtf((float)hs);
     switch (hs) {
-    case 16: attend_vec(out, q, k, v, kv_stride, n_t, att, scale, 1); return;
-    case 32: attend_vec(out, q, k, v, kv_stride, n_t, att, scale, 2); return;
-    case 64: attend_vec(out, q, k, v, kv_stride, n_t, att, scale, 4); return;
-    case 128: attend_vec(out, q, k, v, kv_stride, n_t, att, scale, 8); return;
+    case 16: attend_vec(out, q, k, v, kv_stride, n_t, k2, v2, n2, att, scale, 1); return;
+    case 32: attend_vec(out, q, k, v, kv_stride, n_t, k2, v2, n2, att, scale, 2); return;
+    case 64: attend_vec(out, q, k, v, kv_stride, n_t, k2, v2, n2, att, scale, 4); return;
+    case 128: attend_vec(out, q, k, v, kv_stride, n_t, k2, v2, n2, att, scale, 8); return;
     default: break;
     }
-    for (int t = 0; t < n_t; t++) {
-        const float *kt = k + (size_t)t * kv_stride;
+    for (int t = 0; t < n_t + n2; t++) {
+        const float *kt = t < n_t ? k + (size_t)t * kv_stride : k2 + (size_t)(t - n_t) * kv_stride;
         float score = 0.0f;
         for (int i = 0; i < hs; i++) score += q[i] * kt[i];
         att[t] = score * scale;
     }
-    softmax(att, n_t);
+    softmax(att, n_t + n2);
     memset(out, 0, sizeof(float) * hs);
-    for (int t = 0; t < n_t; t++) {
-        const float *vt = v + (size_t)t * kv_stride;
+    for (int t = 0; t < n_t + n2; t++) {
+        const float *vt = t < n_t ? v + (size_t)t * kv_stride : v2 + (size_t)(t - n_t) * kv_stride;
         for (int i = 0; i < hs; i++) out[i] += att[t] * vt[i];
     }
 }
@@ -992,8 +1005,15 @@ static void attend(float *out, const float *q, const float *k, const float *v, i
  * One pass over `rows` token positions: row r is token tok[r] at position pos[r] of slot
  * slot[r]. Rows of one slot must be consecutive positions in order (a prefill), or each
  * slot appears once (a decode). Every row's K/V is written to its slot's cache before any
- * attention, so causal attention reads positions 0..pos[r] of its own slot only. */
-static void forward(colibri_engine *e, int rows, const int *slot, const int *pos, const int *tok) {
+ * attention, so causal attention reads positions 0..pos[r] of its own slot only.
+ *
+ * Branches (br != NULL, see colibri_prefill_branches): row r's K/V goes to cache row
+ * br->row[r] instead of pos[r], and it attends to the slot's first br->prefix rows and then
+ * to its own branch's rows br->own[r]..br->row[r]; RoPE still uses pos[r]. */
+typedef struct { int prefix; const int *row, *own; } branch_rows;
+
+static void forward(colibri_engine *e, int rows, const int *slot, const int *pos, const int *tok,
+                    const branch_rows *br) {
     const colibri_config *c = &e->cfg;
     const int dim = c->dim, hs = e->head_size, kvd = e->kv_dim, qd = e->q_dim, hid = c->hidden_dim, qkvd = qd + 2 * kvd;
     const int kv_mul = c->n_heads / c->n_kv_heads, half = hs / 2, T = e->n_threads;
@@ -1012,7 +1032,7 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
             rope(q, c->n_heads, hs, e->rope_interleaved, cr, sr);
             rope(k, c->n_kv_heads, hs, e->rope_interleaved, cr, sr);
             slot_state *st = &e->slots[slot[r]];
-            size_t off = ((size_t)l * c->n_ctx + pos[r]) * kvd;
+            size_t off = ((size_t)l * c->n_ctx + (br ? br->row[r] : pos[r])) * kvd;
             memcpy(st->key_cache + off, k, sizeof(float) * kvd);
             memcpy(st->value_cache + off, v, sizeof(float) * kvd);
         }
@@ -1025,9 +1045,11 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
             const slot_state *st = &e->slots[slot[r]];
             const float *kbase = st->key_cache + (size_t)l * c->n_ctx * kvd + g * hs;
             const float *vbase = st->value_cache + (size_t)l * c->n_ctx * kvd + g * hs;
+            int n1 = br ? br->prefix : pos[r] + 1, n2 = br ? br->row[r] - br->own[r] + 1 : 0;
+            size_t own = br ? (size_t)br->own[r] * kvd : 0;
             for (int h = g * kv_mul; h < (g + 1) * kv_mul; h++)
                 attend(s->att_out + (size_t)r * qd + h * hs, s->qkv + (size_t)r * qkvd + h * hs, kbase, vbase, kvd, hs,
-                       pos[r] + 1, s->att + ((size_t)r * c->n_heads + h) * c->n_ctx);
+                       n1, kbase + own, vbase + own, n2, s->att + ((size_t)r * c->n_heads + h) * c->n_ctx);
         }
         matmul(e, s->xb, s->att_out, &e->w.wo[l], rows);
         for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
@@ -1492,7 +1514,7 @@ int colibri_prefill(colibri_engine *e, int slot, const int *tokens, int n, int f
     for (int start = keep; start < n; start += PREFILL_CHUNK) {
         int rows = n - start < PREFILL_CHUNK ? n - start : PREFILL_CHUNK;
         for (int r = 0; r < rows; r++) { slots_row[r] = slot; pos[r] = start + r; }
-        forward(e, rows, slots_row, pos, tokens + start);
+        forward(e, rows, slots_row, pos, tokens + start, NULL);
         memcpy(st->tokens + start, tokens + start, sizeof(int) * (size_t)rows);
         st->len = start + rows;
         if (logits_out && (flags & COLIBRI_PREFILL_ALL_LOGITS)) {
@@ -1503,6 +1525,43 @@ int colibri_prefill(colibri_engine *e, int slot, const int *tokens, int n, int f
             int last = rows - 1;
             logits_for(e, &last, 1, logits_out);
         }
+    }
+    return COLIBRI_OK;
+}
+
+int colibri_prefill_branches(colibri_engine *e, int slot, int n_branches, const int *lens, const int *tokens,
+                             float *logits_out) {
+    if (bad_slot(e, slot)) return COLIBRI_E_SLOT;
+    if (!lens || !tokens || !logits_out || n_branches <= 0) return COLIBRI_E_ARG;
+    const colibri_config *c = &e->cfg;
+    const slot_state *st = &e->slots[slot];
+    const int prefix = st->len;
+    long total = 0;
+    for (int b = 0; b < n_branches; b++) {
+        if (lens[b] <= 0) return COLIBRI_E_ARG;
+        total += lens[b];
+    }
+    /* The branches' rows sit side by side after the history, so all of them must fit. */
+    if (prefix + total > c->n_ctx) return COLIBRI_E_CONTEXT;
+    for (long i = 0; i < total; i++) if (tokens[i] < 0 || tokens[i] >= c->vocab_size) return COLIBRI_E_ARG;
+    int rc = ensure_scratch(e, PREFILL_CHUNK);
+    if (rc) return rc;
+    int slots_row[PREFILL_CHUNK], pos[PREFILL_CHUNK], row[PREFILL_CHUNK], own[PREFILL_CHUNK], last[PREFILL_CHUNK];
+    int b = 0, i = 0;  /* the branch and the index within it of the next row */
+    long done = 0;
+    while (done < total) {
+        int rows = total - done < PREFILL_CHUNK ? (int)(total - done) : PREFILL_CHUNK, n_last = 0;
+        for (int r = 0; r < rows; r++) {
+            slots_row[r] = slot;
+            pos[r] = prefix + i;                     /* where the branch's token stands in its own prompt */
+            row[r] = prefix + (int)(done + r);       /* where its K/V is kept meanwhile */
+            own[r] = row[r] - i;
+            if (++i == lens[b]) { last[n_last++] = r; i = 0; b++; }
+        }
+        branch_rows br = {prefix, row, own};
+        forward(e, rows, slots_row, pos, tokens + done, &br);
+        if (n_last) logits_for(e, last, n_last, logits_out + (size_t)(b - n_last) * c->vocab_size);
+        done += rows;
     }
     return COLIBRI_OK;
 }
@@ -1521,7 +1580,7 @@ int colibri_decode(colibri_engine *e, int n, const int *slots, const int *tokens
     }
     int rc = ensure_scratch(e, n);
     if (rc) return rc;
-    forward(e, n, slots, pos, tokens);
+    forward(e, n, slots, pos, tokens, NULL);
     for (int i = 0; i < n; i++) {
         slot_state *st = &e->slots[slots[i]];
         st->tokens[st->len++] = tokens[i];

@@ -86,6 +86,15 @@ void colibri_free(colibri_engine *e);
 int colibri_prefill(colibri_engine *e, int slot, const int *tokens, int n, int flags, int *n_reused,
                     float *logits_out);
 
+/* Score n_branches continuations of a slot's history in one pass (System One's questions after
+ * a shared state): branch b is lens[b] tokens, taken in order from `tokens`. Each branch sees
+ * the slot's history and its own earlier tokens, never another branch's, so its last logits
+ * equal those of prefilling history + branch alone. The logits of each branch's last position
+ * go to logits_out (n_branches * vocab floats, in branch order). The slot's history is left as
+ * it was. COLIBRI_E_CONTEXT when the history and all branches together exceed the context. */
+int colibri_prefill_branches(colibri_engine *e, int slot, int n_branches, const int *lens, const int *tokens,
+                             float *logits_out);
+
 /* Append one token to each of n distinct slots and compute their next-token logits together
  * (logits_out: n * vocab floats, row i for slots[i]). Each slot gets exactly what it would
  * get decoded alone. */

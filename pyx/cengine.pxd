@@ -42,6 +42,8 @@ cdef extern from "engine.h" nogil:
     void colibri_free(colibri_engine *e)
     int colibri_prefill(colibri_engine *e, int slot, const int *tokens, int n, int flags, int *n_reused,
                         float *logits_out)
+    int colibri_prefill_branches(colibri_engine *e, int slot, int n_branches, const int *lens, const int *tokens,
+                                 float *logits_out)
     int colibri_decode(colibri_engine *e, int n, const int *slots, const int *tokens, float *logits_out)
     int colibri_slot_len(const colibri_engine *e, int slot)
     int colibri_slot_tokens(const colibri_engine *e, int slot, int *out, int cap)

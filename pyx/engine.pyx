@@ -98,6 +98,22 @@ cdef class Engine:
             return reused, out[: n - reused]
         return reused, out[0]
 
+    def prefill_branches(self, int slot, branches):
+        """Logits (len(branches), vocab) of each branch's last position, every branch a token
+        list continuing the slot's history on its own; the slot's history is left unchanged."""
+        cdef cnp.ndarray[int, ndim=1, mode="c"] lens = np.asarray([len(b) for b in branches], dtype=np.intc)
+        cdef int nb = lens.shape[0]
+        if nb <= 0 or lens.min() <= 0:
+            check(COLIBRI_E_ARG)
+        cdef cnp.ndarray[int, ndim=1, mode="c"] toks = np.ascontiguousarray(np.concatenate(
+            [np.asarray(b, dtype=np.intc) for b in branches]), dtype=np.intc)
+        cdef cnp.ndarray[float, ndim=2, mode="c"] out = np.empty((nb, self.vocab_size), np.float32)
+        cdef int rc
+        with nogil:
+            rc = colibri_prefill_branches(self.e, slot, nb, &lens[0], &toks[0], &out[0, 0])
+        check(rc)
+        return out
+
     def decode(self, slots, tokens):
         """Advance each slot by its token; returns logits (len(slots), vocab)."""
         cdef cnp.ndarray[int, ndim=1, mode="c"] s = np.ascontiguousarray(slots, dtype=np.intc)

@@ -191,6 +191,30 @@ def test_long_prefill_crosses_chunks(tmp_path):
     assert np.max(np.abs(got - ReferenceLlama(d).logits(toks))) < 5e-4
 
 
+def test_branches_each_see_the_history_and_themselves_only(tmp_path):
+    """prefill_branches (System One's questions after one state): every branch's last logits
+    equal the reference's on history + that branch alone, branches longer than a prefill chunk
+    included, and the slot's history is left as it was."""
+    d = write_random_model(tmp_path / "br", seed=9, ctx=700, layers=2)
+    ref = ReferenceLlama(d)
+    history = tokens(50, seed=10)
+    branches = [tokens(n, seed=11 + i) for i, n in enumerate((1, 7, 300, 2, 40))]
+    eng = engine_for(d)
+    eng.prefill(0, history)
+    got = eng.prefill_branches(0, branches)
+    assert got.shape == (5, eng.vocab_size)
+    for i, b in enumerate(branches):
+        assert np.max(np.abs(got[i] - ref.logits(history + b)[-1])) < 5e-4, f"branch {i}"
+    assert eng.slot_tokens(0) == history
+    # The history and all branches must fit in the context together.
+    with pytest.raises(ContextOverflowError):
+        eng.prefill_branches(0, [tokens(330), tokens(330)])
+    with pytest.raises(EngineArgumentError):
+        eng.prefill_branches(0, [tokens(3), []])
+    with pytest.raises(EngineArgumentError):
+        eng.prefill_branches(0, [])
+
+
 # ------------------------------------------------------------------ faults
 
 

@@ -79,3 +79,32 @@ def test_s1_prefix_reused_across_requests_about_the_same_state(client):
     again = c.simulate_post("/v1/systemone", headers=HOST, json=body).json
     assert again["usage"]["input_tokens_details"]["cached_tokens"] >= first["usage"]["input_tokens"] - 1
     assert again["answers"] == first["answers"]  # reuse changes nothing in the numbers
+
+
+def test_s1_questions_scored_together_equal_each_asked_alone(client):
+    """Several questions go through the engine as branches of the shared state in one pass;
+    each answer must be what that question gets asked on its own, and the state counts as
+    read once per question beyond the first."""
+    _, c = client
+    state = "The parcel came two weeks late and the box was crushed; the refund was quick. " * 6
+    questions = {
+        "topic": {"type": "choice", "instructions": "What is it about?",
+                  "criteria": {"delivery": "late or damaged parcels", "billing": None, "praise": None}},
+        "anger": {"type": "score", "criteria": ["calm", "annoyed", "furious"]},
+        "refund": {"type": "noul", "instructions": "Was money returned?"},
+        "late": {"type": "noul", "instructions": "Was it late?", "criteria": {"true": "after the promised day"}},
+    }
+    together = c.simulate_post("/v1/systemone", headers=HOST, json={
+        "model": "colibri-tiny", "state": state, "questions": questions}).json
+    assert set(together["answers"]) == set(questions), together
+    for name, q in questions.items():
+        c.simulate_post("/v1/systemone", headers=HOST, json={"model": "colibri-tiny", "state": "x",
+                                                             "questions": {name: q}})  # another state in between
+        alone = c.simulate_post("/v1/systemone", headers=HOST, json={
+            "model": "colibri-tiny", "state": state, "questions": {name: q}}).json["answers"][name]
+        got = together["answers"][name]
+        for key in ("noul", "score", "confidence", "entropy"):
+            if key in alone:
+                assert got[key] == pytest.approx(alone[key], abs=1e-5), (name, key)
+        for option, p in alone.get("probabilities", {}).items():
+            assert got["probabilities"][option] == pytest.approx(p, abs=1e-5), (name, option)

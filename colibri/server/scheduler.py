@@ -53,6 +53,18 @@ def _seed_state(seed: int | None) -> int:
     return (x ^ (x >> 31)) or 1
 
 
+def common_head(prompts: list[list[int]]) -> int:
+    """Tokens every prompt begins with, leaving each at least one of its own (its last position
+    must be computed to be scored)."""
+    first, n = prompts[0], min(len(p) for p in prompts) - 1
+    for p in prompts[1:]:
+        k = 0
+        while k < n and p[k] == first[k]:
+            k += 1
+        n = k
+    return max(n, 0)
+
+
 @dataclass(slots=True)
 class TokenRecord:
     token: int
@@ -344,16 +356,35 @@ class Scheduler:
                                       "queue_wait": task.queue_wait, "echo": echo}))
 
     def _score(self, task: Task) -> None:
-        """Prefill each scoring prompt into the task's slot (each reuses what the previous one
-        left there: the shared state) and report the label logits at each last position."""
+        """Score each prompt's label logits at its last position, nothing sampled. The prompts'
+        shared beginning (the state) is prefilled once into the task's slot; their own tails
+        then go through the engine together as branches of it, each seeing the state and itself
+        only, as many per pass as the context holds beside the state."""
         task.engine_started = time.monotonic()
         t0 = time.perf_counter()
-        rows, reused, total = [], 0, 0
-        for prompt, label_ids in task.scoring or []:
-            n_reused, logits = self.engine.prefill(task.assigned, prompt)
-            rows.append(np.asarray(logits).reshape(-1)[label_ids])
-            reused += n_reused
-            total += len(prompt)
+        scoring = task.scoring or []
+        prompts = [p for p, _ in scoring]
+        rows: list[Any] = []
+        reused, total = 0, sum(len(p) for p in prompts)
+        shared = common_head(prompts) if len(prompts) > 1 and hasattr(self.engine, "prefill_branches") else 0
+        if shared:
+            n_reused, _ = self.engine.prefill(task.assigned, prompts[0][:shared])
+            reused = n_reused + shared * (len(prompts) - 1)
+            room = self.engine.n_ctx - shared
+            group: list[list[int]] = []
+            for p in prompts + [None]:
+                tail = None if p is None else p[shared:]
+                if group and (tail is None or sum(map(len, group)) + len(tail) > room):
+                    rows.extend(self.engine.prefill_branches(task.assigned, group))
+                    group = []
+                if tail is not None:
+                    group.append(tail)
+            rows = [np.asarray(r)[label_ids] for r, (_, label_ids) in zip(rows, scoring, strict=True)]
+        else:
+            for prompt, label_ids in scoring:
+                n_reused, logits = self.engine.prefill(task.assigned, prompt)
+                rows.append(np.asarray(logits).reshape(-1)[label_ids])
+                reused += n_reused
         task.turn.prefill += time.perf_counter() - t0
         task.turn.prompt_tokens, task.turn.cached_tokens = total, reused
         self._close_turn(task, "completed")
