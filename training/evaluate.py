@@ -76,9 +76,11 @@ def main() -> None:
 
     for i in range(a.n):
         fam = ("glm", "chatml")[i % 2]
-        # repeat exactly: texts up to 60 characters
-        text = g.repeat_text()[:60].strip() or "ok"
-        out, ended = generate(model, engine, templates[fam], fam, [{"role": "user", "content": f"Repeat exactly: {text}"}])
+        # repeat exactly: the generator's own texts and instructions, texts up to 60 characters
+        q, _, text = g.task_repeat()
+        while len(text) > 60:
+            q, _, text = g.task_repeat()
+        out, ended = generate(model, engine, templates[fam], fam, [{"role": "user", "content": q}])
         count("repeat_exact", out == text, f"{fam}: {text!r} -> {out!r}")
         count("ended", ended, f"{fam} repeat: {out[:60]!r}")
         # tool calls, where the request calls for one
@@ -107,7 +109,7 @@ def main() -> None:
     rows = {k: {"ok": v[0], "n": v[1], "rate": v[0] / v[1]} for k, v in stats.items()}
     print(f"held-out seed {HELD_OUT_SEED}, {a.n} prompts per behaviour, greedy, {time.time() - t0:.0f}s\n")
     print("| behaviour | rate | count |\n|---|---|---|")
-    labels = {"repeat_exact": "repeat exactly (texts up to 60 chars)", "tool_well_formed": "well-formed tool call when one is called for",
+    labels = {"repeat_exact": "repeat exactly (texts up to 60 characters)", "tool_well_formed": "well-formed tool call when one is called for",
               "tool_exact": "tool call with exactly the expected name and arguments", "reasoning_closed": "reasoning block closed, answer follows (thinking on)",
               "reasoning_spurious": "no reasoning block opened (thinking off)", "ended": "turn ended by its end token within 200 tokens"}
     for k, v in rows.items():
