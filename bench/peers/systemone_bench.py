@@ -8,6 +8,9 @@ Per question count, alternating in each round:
 - colibri's server in-process (falcon test client: no sockets, the whole request path), which
   reuses the state's KV prefix across the questions and, for a repeated state, across requests
   (each timed request here uses a fresh state, so only the within-request reuse counts);
+- colibri's engine on the same prompts prefilled one after another into one slot, each reusing
+  the state the previous one left there (how the server scored questions before the branches:
+  the state is computed once, but every question is a pass of its own over the weights);
 - colibri's engine on the same prompts prefilled without any reuse (reuse=False): what the
   request would cost if every question recomputed the state;
 - transformers serve (the peers harness's), over HTTP.
@@ -64,7 +67,7 @@ class Colibri:
         assert ex.status == 200, ex.body[:300]
         return time.perf_counter() - t
 
-    def no_reuse(self, body: dict) -> float:
+    def prompts(self, body: dict) -> list[list[int]]:
         from colibri.server.prompt import ChatInput
         from colibri.server.systemone import LETTERS, parse_questions, prompt_text
 
@@ -74,6 +77,17 @@ class Colibri:
             _, ids = self.svc.render(ChatInput(messages=[{"role": "user",
                                                           "content": prompt_text(body["state"], q, labels)}]))
             prompts.append(ids)
+        return prompts
+
+    def in_turn(self, body: dict) -> float:
+        prompts = self.prompts(body)
+        t = time.perf_counter()
+        for ids in prompts:
+            self.engine.prefill(1, ids)
+        return time.perf_counter() - t
+
+    def no_reuse(self, body: dict) -> float:
+        prompts = self.prompts(body)
         t = time.perf_counter()
         for ids in prompts:
             self.engine.prefill(1, ids, reuse=False)
@@ -89,7 +103,8 @@ def main() -> int:
     ensure_installed(TRANSFORMERS)
     server, base, _ = serving(TRANSFORMERS)
     url = f"{base}/v1"
-    best: dict[str, dict[int, float]] = {"colibri server": {}, "colibri engine, no reuse": {},
+    best: dict[str, dict[int, float]] = {"colibri server": {}, "colibri engine, questions in turn": {},
+                                         "colibri engine, no reuse": {},
                                          "transformers serve": {}}
     n = 0
     try:
@@ -100,6 +115,7 @@ def main() -> int:
                     n += 1
                     body = {"model": "smollm2", "state": state(n), "questions": questions(k)}
                     runs["colibri server"] = colibri.server(body)
+                    runs["colibri engine, questions in turn"] = colibri.in_turn(dict(body, state=state(n + 1000)))
                     runs["colibri engine, no reuse"] = colibri.no_reuse(body)
                     t = time.perf_counter()
                     r = http.post(f"{url}/systemone", json=body)
