@@ -20,9 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from colibri.chat_template import render  # noqa: E402
 from lexicon import ENGLISH, Lexicon  # noqa: E402
 from tooldomains import ToolTasks  # noqa: E402
+
+from colibri.chat_template import render  # noqa: E402
 
 MODEL_DIR = ROOT / "colibri" / "models" / "tiny"
 FAMILIES = {

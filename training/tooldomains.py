@@ -9,7 +9,6 @@ only way to get an argument right is to copy it.
 """
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from lexicon import Lexicon
@@ -220,7 +219,7 @@ class ToolTasks:
                 others.append(t)
         offered = [target] + others
         r.shuffle(offered)
-        by_role = {role: value(self.lex, ROLES[role][1]) for role in set(params.values())}
+        by_role = {role: value(self.lex, ROLES[role][1]) for role in dict.fromkeys(params.values())}  # ordered: reproducible
         request = r.choice(DOMAINS[d][2]).format(**{k: v for k, v in by_role.items()})
         args = {p: by_role[role] for p, role in params.items()}
         return offered, target, request, args
