@@ -100,12 +100,19 @@ def test_a_child_prompt_keeps_its_parents_tokens():
     svc = Service(Settings())
     try:
         model = svc.model
-        history = model.encode_pieces([("Hello wor", False)])  # an answer cut inside a word
-        whole = [("Hello world", False), ("<|user|>", True), ("\nAgain", False)]
+        text = "Hello wonderful world"
+
+        def ids_of(t: str) -> list[int]:
+            return model.encode_pieces([(t, False)])
+
+        # an answer cut inside a word, where tokenizing the whole text afresh merges across the cut
+        cut = next(k for k in range(1, len(text)) if ids_of(text)[:len(ids_of(text[:k]))] != ids_of(text[:k]))
+        history = ids_of(text[:cut])
+        whole = [(text, False), ("<|user|>", True), ("\nAgain", False)]
         ids = svc._after(history, whole)
         assert ids is not None and ids[:len(history)] == history
-        assert ids[len(history):] == model.encode_pieces([("ld", False), ("<|user|>", True), ("\nAgain", False)])
-        assert model.encode_pieces(whole)[:len(history)] != history  # afresh, "world" is tokenized otherwise
+        assert ids[len(history):] == model.encode_pieces([(text[cut:], False), ("<|user|>", True), ("\nAgain", False)])
+        assert model.encode_pieces(whole)[:len(history)] != history  # afresh, the cut word is tokenized otherwise
         assert svc._after(history, [("Goodbye", False)]) is None  # another text: tokenized afresh
         assert svc._after([10**9], whole) is None  # not this model's tokens (a store from another model)
     finally:
