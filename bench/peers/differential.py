@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import shutil
 import sys
@@ -65,13 +66,26 @@ TINY_GGUF = MODEL_DIR / "colibri-tiny-chatml.F32.gguf"
 TINY_ID = "colibri-tiny-chatml"
 
 
+TINY_SRC = ROOT / "colibri" / "models" / "tiny"
+
+
+def tiny_fingerprint() -> str:
+    """The shipped embedded model's identity: a retrained model makes the cached copies stale."""
+    h = hashlib.sha256()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "chat_template.chatml.jinja"):
+        h.update((TINY_SRC / name).read_bytes())
+    return h.hexdigest()
+
+
 def ensure_tiny_dir() -> Path:
     """The embedded model as a folder other servers load: its weights, config and tokenizer as
     shipped, the ChatML template as chat_template.jinja (tools as JSON in <tool_call> tags), a
-    tokenizer_config naming the fast tokenizer and <|im_end|>, and the two end ids."""
-    if (TINY_DIR / "chat_template.jinja").exists():
+    tokenizer_config naming the fast tokenizer and <|im_end|>, and the two end ids. Rebuilt when
+    the shipped model changed (its fingerprint is kept beside it)."""
+    stamp = TINY_DIR / "colibri-source.sha256"
+    if (TINY_DIR / "chat_template.jinja").exists() and stamp.exists() and stamp.read_text() == tiny_fingerprint():
         return TINY_DIR
-    src = ROOT / "colibri" / "models" / "tiny"
+    src = TINY_SRC
     with step(f"model folder {TINY_DIR.name} (the embedded model, ChatML template)"):
         partial = TINY_DIR.with_name(TINY_DIR.name + ".part")
         shutil.rmtree(partial, ignore_errors=True)
@@ -83,20 +97,24 @@ def ensure_tiny_dir() -> Path:
             "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|pad|>",
             "model_max_length": 2048, "clean_up_tokenization_spaces": False}))
         (partial / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 1]}))
+        (partial / "colibri-source.sha256").write_text(tiny_fingerprint())
         shutil.rmtree(TINY_DIR, ignore_errors=True)
         partial.rename(TINY_DIR)
     return TINY_DIR
 
 
 def ensure_tiny_gguf() -> Path:
-    """That folder as an F32 GGUF for llama.cpp (hf_to_gguf.py, in the transformers venv: gguf)."""
-    if TINY_GGUF.exists():
+    """That folder as an F32 GGUF for llama.cpp (hf_to_gguf.py, in the transformers venv: gguf),
+    rebuilt when the shipped model changed."""
+    stamp = TINY_GGUF.with_name(TINY_GGUF.name + ".sha256")
+    if TINY_GGUF.exists() and stamp.exists() and stamp.read_text() == tiny_fingerprint():
         return TINY_GGUF
     with step(f"model file {TINY_GGUF.name} (the embedded model as F32 GGUF)"):
         partial = TINY_GGUF.with_suffix(".part")
         sh([venv_dir("transformers") / "bin" / "python", Path(__file__).with_name("hf_to_gguf.py"), ensure_tiny_dir(),
             partial], "model-install")
         partial.rename(TINY_GGUF)
+        stamp.write_text(tiny_fingerprint())
     return TINY_GGUF
 
 
