@@ -366,7 +366,7 @@ class Scheduler:
         prompts = [p for p, _ in scoring]
         rows: list[Any] = []
         reused, total = 0, sum(len(p) for p in prompts)
-        shared = common_head(prompts) if len(prompts) > 1 and hasattr(self.engine, "prefill_branches") else 0
+        shared = common_head(prompts) if len(prompts) > 1 else 0
         if shared:
             n_reused, _ = self.engine.prefill(task.assigned, prompts[0][:shared])
             reused = n_reused + shared * (len(prompts) - 1)
