@@ -972,6 +972,68 @@ static inline __attribute__((always_inline)) void attend_vec(float *out, const f
     for (int c = 0; c < NV; c++) memcpy(out + c * PANEL, &o[c], sizeof o[c]);
 }
 
+/* One (row, query head) of a block that attend_block scores together: its query and output,
+ * its scores, the length of its first span (from the block's shared K/V base) and its second
+ * span (n2 may be 0). */
+typedef struct { float *out; const float *q; float *att; int n1; const float *k2, *v2; int n2; } att_job;
+
+/* Positions per K/V chunk in attend_block: 64 positions of a 128-float head are 32 KB of K,
+ * so a chunk stays in L1 while every job of the block reads it. */
+#define ATT_CHUNK 64
+/* Rows per attention block in forward. */
+#define ATT_ROWS 8
+
+/* attend_vec for jobs that share their first m16 positions (a multiple of PANEL): those
+ * positions' K and V are read chunk by chunk, each chunk once for the whole block instead of
+ * once per job from L2, the cost that dominates attention over a long shared history. Each
+ * job does the same operations in the same order as attend_vec would alone, so the results
+ * are bit-identical to it. */
+static inline __attribute__((always_inline)) void attend_block_vec(const att_job *jobs, int nj, int m16,
+                                                                 const float *k, const float *v, int kv_stride,
+                                                                 float scale, int NV) {
+    vec16 qv[8], o[8];
+    for (int t0 = 0; t0 < m16; t0 += ATT_CHUNK) {
+        int tn = m16 - t0 < ATT_CHUNK ? m16 - t0 : ATT_CHUNK;
+        for (int j = 0; j < nj; j++) {
+            for (int c = 0; c < NV; c++) qv[c] = load16(jobs[j].q + c * PANEL);
+            scores_vec(jobs[j].att + t0, qv, k + (size_t)t0 * kv_stride, kv_stride, tn, scale, NV);
+        }
+    }
+    for (int j = 0; j < nj; j++) {
+        const att_job *jb = &jobs[j];
+        for (int c = 0; c < NV; c++) qv[c] = load16(jb->q + c * PANEL);
+        scores_vec(jb->att + m16, qv, k + (size_t)m16 * kv_stride, kv_stride, jb->n1 - m16, scale, NV);
+        if (jb->n2) scores_vec(jb->att + jb->n1, qv, jb->k2, kv_stride, jb->n2, scale, NV);
+        softmax(jb->att, jb->n1 + jb->n2);
+        for (int c = 0; c < NV; c++) memcpy(jb->out + c * PANEL, &(vec16){0}, sizeof(vec16));
+    }
+    for (int t0 = 0; t0 < m16; t0 += ATT_CHUNK) {
+        int tn = m16 - t0 < ATT_CHUNK ? m16 - t0 : ATT_CHUNK;
+        for (int j = 0; j < nj; j++) {
+            const float *att = jobs[j].att;
+            for (int c = 0; c < NV; c++) o[c] = load16(jobs[j].out + c * PANEL);
+            for (int t = t0; t < t0 + tn; t++) {
+                const float *vt = v + (size_t)t * kv_stride;
+                for (int c = 0; c < NV; c++) o[c] += att[t] * load16(vt + c * PANEL);
+            }
+            for (int c = 0; c < NV; c++) memcpy(jobs[j].out + c * PANEL, &o[c], sizeof o[c]);
+        }
+    }
+    for (int j = 0; j < nj; j++) {
+        const att_job *jb = &jobs[j];
+        for (int c = 0; c < NV; c++) o[c] = load16(jb->out + c * PANEL);
+        for (int t = m16; t < jb->n1; t++) {
+            const float *vt = v + (size_t)t * kv_stride;
+            for (int c = 0; c < NV; c++) o[c] += jb->att[t] * load16(vt + c * PANEL);
+        }
+        for (int t = 0; t < jb->n2; t++) {
+            const float *vt = jb->v2 + (size_t)t * kv_stride;
+            for (int c = 0; c < NV; c++) o[c] += jb->att[jb->n1 + t] * load16(vt + c * PANEL);
+        }
+        for (int c = 0; c < NV; c++) memcpy(jb->out + c * PANEL, &o[c], sizeof o[c]);
+    }
+}
+
 /* One head of causal attention over n_t cached positions, then n2 more from a second span
  * (k2, v2; n2 may be 0): out (hs) = softmax(q.K^T / sqrt(hs)) V over both, as if the two
  * spans were one run of positions. K and V rows are kv_stride apart. Head sizes of 16, 32,
@@ -1001,6 +1063,22 @@ static void attend(float *out, const float *q, const float *k, const float *v, i
     }
 }
 
+/* Attention for jobs that share their first m positions of k and v (see attend_block_vec);
+ * head sizes without a vector path go job by job through attend. */
+static void attend_block(const att_job *jobs, int nj, int m, const float *k, const float *v, int kv_stride, int hs) {
+    const float scale = 1.0f / sqrtf((float)hs);
+    const int m16 = m / PANEL * PANEL;
+    switch (hs) {
+    case 16: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 1); return;
+    case 32: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 2); return;
+    case 64: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 4); return;
+    case 128: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 8); return;
+    default: break;
+    }
+    for (int j = 0; j < nj; j++)
+        attend(jobs[j].out, jobs[j].q, k, v, kv_stride, hs, jobs[j].n1, jobs[j].k2, jobs[j].v2, jobs[j].n2, jobs[j].att);
+}
+
 /* ============================================================ forward pass
  * One pass over `rows` token positions: row r is token tok[r] at position pos[r] of slot
  * slot[r]. Rows of one slot must be consecutive positions in order (a prefill), or each
@@ -1022,6 +1100,12 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
     const table *emb = &e->w.token_embedding;
     for (int r = 0; r < rows; r++) to_f32(emb->dtype, emb->rows + (size_t)tok[r] * emb->row_bytes, dim, s->x + (size_t)r * dim);
 
+    /* Attention blocks: runs of up to ATT_ROWS consecutive rows of one slot. */
+    int block[rows + 1], n_blocks = 0;
+    for (int r = 0; r < rows; r++)
+        if (r == 0 || slot[r] != slot[block[n_blocks - 1]] || r - block[n_blocks - 1] == ATT_ROWS) block[n_blocks++] = r;
+    block[n_blocks] = rows;
+
     for (int l = 0; l < c->n_layers; l++) {
         for (int r = 0; r < rows; r++)
             rmsnorm(s->xb + (size_t)r * dim, s->x + (size_t)r * dim, e->w.attn_norm[l], dim, c->norm_eps);
@@ -1036,20 +1120,28 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
             memcpy(st->key_cache + off, k, sizeof(float) * kvd);
             memcpy(st->value_cache + off, v, sizeof(float) * kvd);
         }
-        /* One work item per (row, kv head): the query heads sharing a K/V head run back to
-         * back on one thread, so the second reads those cache rows from its own cache. */
-        int rg;
+        /* One work item per (block of up to ATT_ROWS rows of one slot, kv head): the block's
+         * query heads sharing that K/V head read the history they share once, chunk by
+         * chunk (attend_block), instead of once per row and head. */
+        int it;
 #pragma omp parallel for schedule(dynamic) num_threads(T) if (T > 1 && (long)rows * c->n_heads * (pos[rows - 1] + 1) * hs >= PARALLEL_MIN_WORK)
-        for (rg = 0; rg < rows * c->n_kv_heads; rg++) {
-            int r = rg / c->n_kv_heads, g = rg % c->n_kv_heads;
-            const slot_state *st = &e->slots[slot[r]];
+        for (it = 0; it < n_blocks * c->n_kv_heads; it++) {
+            int b = it / c->n_kv_heads, g = it % c->n_kv_heads, r0 = block[b], r1 = block[b + 1];
+            const slot_state *st = &e->slots[slot[r0]];
             const float *kbase = st->key_cache + (size_t)l * c->n_ctx * kvd + g * hs;
             const float *vbase = st->value_cache + (size_t)l * c->n_ctx * kvd + g * hs;
-            int n1 = br ? br->prefix : pos[r] + 1, n2 = br ? br->row[r] - br->own[r] + 1 : 0;
-            size_t own = br ? (size_t)br->own[r] * kvd : 0;
-            for (int h = g * kv_mul; h < (g + 1) * kv_mul; h++)
-                attend(s->att_out + (size_t)r * qd + h * hs, s->qkv + (size_t)r * qkvd + h * hs, kbase, vbase, kvd, hs,
-                       n1, kbase + own, vbase + own, n2, s->att + ((size_t)r * c->n_heads + h) * c->n_ctx);
+            att_job jobs[ATT_ROWS * kv_mul];
+            int nj = 0, shared = c->n_ctx;
+            for (int r = r0; r < r1; r++) {
+                int n1 = br ? br->prefix : pos[r] + 1, n2 = br ? br->row[r] - br->own[r] + 1 : 0;
+                size_t own = br ? (size_t)br->own[r] * kvd : 0;
+                if (n1 < shared) shared = n1;
+                for (int h = g * kv_mul; h < (g + 1) * kv_mul; h++)
+                    jobs[nj++] = (att_job){s->att_out + (size_t)r * qd + h * hs, s->qkv + (size_t)r * qkvd + h * hs,
+                                           s->att + ((size_t)r * c->n_heads + h) * c->n_ctx, n1, kbase + own,
+                                           vbase + own, n2};
+            }
+            attend_block(jobs, nj, shared, kbase, vbase, kvd, hs);
         }
         matmul(e, s->xb, s->att_out, &e->w.wo[l], rows);
         for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
