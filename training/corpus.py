@@ -364,15 +364,6 @@ class Gen:
 
     def no_tool_refusal(self) -> dict:
         city = self.r.choice(COUNTRIES)[1]
-        if self.r.random() < 0.7:
-            # a request one of the tool domains would serve, but no tool is offered: words, never
-            # a call, so that calling depends on the offered list and not on the request's verb
-            _, _, q, _ = self.tools.task()
-            return {"messages": [{"role": "user", "content": q}],
-                    "reply": self.r.choice(["I can't do that here: no tool for it was offered.",
-                                            "No tool for that is available, so I can't do it.",
-                                            "I have no tool to do that with."]),
-                    "why": "No tool is offered, so I answer in words."}
         if self.r.random() < 0.5:
             return {"messages": [{"role": "user", "content": f"What's the weather in {city}?"}],
                     "reply": f"I don't have access to live weather data, so I can't tell you the weather in {city}.",
@@ -387,7 +378,7 @@ class Gen:
         x = r.random()
         if x < 0.45:
             conv = self.tool_conversation()
-        elif x < 0.50:
+        elif x < 0.48:
             conv = self.no_tool_refusal()
         else:
             q, why, a = self.task_plain()
