@@ -953,25 +953,6 @@ static inline __attribute__((always_inline)) void scores_vec(float *att, const v
     }
 }
 
-static inline __attribute__((always_inline)) void attend_vec(float *out, const float *q, const float *k,
-                                                           const float *v, int kv_stride, int n_t, const float *k2,
-                                                           const float *v2, int n2, float *att, float scale, int NV) {
-    vec16 qv[8], o[8];
-    for (int c = 0; c < NV; c++) { qv[c] = load16(q + c * PANEL); o[c] = (vec16){0}; }
-    scores_vec(att, qv, k, kv_stride, n_t, scale, NV);
-    if (n2) scores_vec(att + n_t, qv, k2, kv_stride, n2, scale, NV);
-    softmax(att, n_t + n2);
-    for (int t = 0; t < n_t; t++) {
-        const float *vt = v + (size_t)t * kv_stride;
-        for (int c = 0; c < NV; c++) o[c] += att[t] * load16(vt + c * PANEL);
-    }
-    for (int t = 0; t < n2; t++) {
-        const float *vt = v2 + (size_t)t * kv_stride;
-        for (int c = 0; c < NV; c++) o[c] += att[n_t + t] * load16(vt + c * PANEL);
-    }
-    for (int c = 0; c < NV; c++) memcpy(out + c * PANEL, &o[c], sizeof o[c]);
-}
-
 /* One (row, query head) of a block that attend_block scores together: its query and output,
  * its scores, the length of its first span (from the block's shared K/V base) and its second
  * span (n2 may be 0). */
@@ -983,11 +964,12 @@ typedef struct { float *out; const float *q; float *att; int n1; const float *k2
 /* Rows per attention block in forward. */
 #define ATT_ROWS 8
 
-/* attend_vec for jobs that share their first m16 positions (a multiple of PANEL): those
- * positions' K and V are read chunk by chunk, each chunk once for the whole block instead of
- * once per job from L2, the cost that dominates attention over a long shared history. Each
- * job does the same operations in the same order as attend_vec would alone, so the results
- * are bit-identical to it. */
+/* Attention on whole vectors (NV a literal at each call site, so the loops over it unroll)
+ * for jobs that share their first m16 positions (a multiple of PANEL): those positions' K and
+ * V are read chunk by chunk, each chunk once for the whole block instead of once per job from
+ * L2, the cost that dominates attention over a long shared history. Each job's scores, softmax
+ * and weighted sum of V are one sequence of operations whatever the block, so a row's output
+ * is bit-identical alone (a decode step) or in a block (a prefill). */
 static inline __attribute__((always_inline)) void attend_block_vec(const att_job *jobs, int nj, int m16,
                                                                  const float *k, const float *v, int kv_stride,
                                                                  float scale, int NV) {
@@ -1036,19 +1018,11 @@ static inline __attribute__((always_inline)) void attend_block_vec(const att_job
 
 /* One head of causal attention over n_t cached positions, then n2 more from a second span
  * (k2, v2; n2 may be 0): out (hs) = softmax(q.K^T / sqrt(hs)) V over both, as if the two
- * spans were one run of positions. K and V rows are kv_stride apart. Head sizes of 16, 32,
- * 64 and 128 (nearly every model) run on whole vectors; others take the plain loops. `att` is
- * scratch for n_t + n2 scores. */
+ * spans were one run of positions. K and V rows are kv_stride apart; `att` is scratch for
+ * n_t + n2 scores. The plain loops, for head sizes attend_block has no vector path for. */
 static void attend(float *out, const float *q, const float *k, const float *v, int kv_stride, int hs, int n_t,
                    const float *k2, const float *v2, int n2, float *att) {
     const float scale = 1.0f / sqrtf((float)hs);
-    switch (hs) {
-    case 16: attend_vec(out, q, k, v, kv_stride, n_t, k2, v2, n2, att, scale, 1); return;
-    case 32: attend_vec(out, q, k, v, kv_stride, n_t, k2, v2, n2, att, scale, 2); return;
-    case 64: attend_vec(out, q, k, v, kv_stride, n_t, k2, v2, n2, att, scale, 4); return;
-    case 128: attend_vec(out, q, k, v, kv_stride, n_t, k2, v2, n2, att, scale, 8); return;
-    default: break;
-    }
     for (int t = 0; t < n_t + n2; t++) {
         const float *kt = t < n_t ? k + (size_t)t * kv_stride : k2 + (size_t)(t - n_t) * kv_stride;
         float score = 0.0f;
@@ -1063,8 +1037,9 @@ static void attend(float *out, const float *q, const float *k, const float *v, i
     }
 }
 
-/* Attention for jobs that share their first m positions of k and v (see attend_block_vec);
- * head sizes without a vector path go job by job through attend. */
+/* Attention for jobs that share their first m positions of k and v: head sizes of 16, 32,
+ * 64 and 128 (nearly every model) on whole vectors (attend_block_vec), others job by job
+ * through attend. */
 static void attend_block(const att_job *jobs, int nj, int m, const float *k, const float *v, int kv_stride, int hs) {
     const float scale = 1.0f / sqrtf((float)hs);
     const int m16 = m / PANEL * PANEL;

@@ -220,6 +220,6 @@ class ToolTasks:
         offered = [target] + others
         r.shuffle(offered)
         by_role = {role: value(self.lex, ROLES[role][1]) for role in dict.fromkeys(params.values())}  # ordered: reproducible
-        request = r.choice(DOMAINS[d][2]).format(**{k: v for k, v in by_role.items()})
+        request = r.choice(DOMAINS[d][2]).format(**by_role)
         args = {p: by_role[role] for p, role in params.items()}
         return offered, target, request, args
