@@ -149,7 +149,8 @@ class HeldOut:
 
     def repeat(self) -> dict[str, Any]:
         t = self.text(1, 60) if self.r.random() < 0.75 else self.text(61, 80)
-        return {"kind": "repeat", "prompt": self.r.choice(REPEAT_PHRASES).format(t=t), "want": t}
+        phrase = self.r.choice(REPEAT_PHRASES)
+        return {"kind": "repeat", "prompt": phrase.format(t=t), "want": t, "phrasing": phrase}
 
     def tool(self) -> dict[str, Any]:
         name = self.r.choice(list(TOOLS))
@@ -166,8 +167,9 @@ class HeldOut:
         tools = [{"type": "function", "function": {"name": n, "parameters": {
             "type": "object", "properties": {k: {"type": t} for k, t in TOOLS[n][0].items()},
             "required": list(TOOLS[n][0])}}} for n in offered]
-        return {"kind": "tool", "prompt": self.r.choice(phrasings).format(**args), "tools": tools, "name": name,
-                "args": args}
+        phrase = self.r.choice(phrasings)
+        return {"kind": "tool", "prompt": phrase.format(**args), "tools": tools, "name": name, "args": args,
+                "phrasing": phrase}
 
 
 def ask(client: Any, model: str, item: dict[str, Any], thinking: bool) -> dict[str, Any]:
@@ -194,6 +196,14 @@ def evaluate(base: str, n: int) -> dict[str, Any]:
     model = client.get("/v1/models").json()["data"][0]["id"]
     counts: dict[str, list[int]] = {}
     misses: dict[str, list[Any]] = {}
+    # Per phrasing, so a miss rate can be told apart into "instruction not understood" (one
+    # phrasing fails wholesale) and "copying fails" (every phrasing fails a little).
+    by_phrasing: dict[str, list[int]] = {}
+
+    def tally(item: dict[str, Any], ok: bool) -> None:
+        c = by_phrasing.setdefault(item["phrasing"], [0, 0])
+        c[0] += ok
+        c[1] += 1
 
     def count(key: str, ok: bool, miss: Any) -> None:
         c = counts.setdefault(key, [0, 0])
@@ -209,6 +219,7 @@ def evaluate(base: str, n: int) -> dict[str, Any]:
         content, reasoning = c["message"].get("content") or "", c["message"].get("reasoning_content")
         band = "repeat ≤60" if len(item["want"]) <= 60 else "repeat 61-80"
         count(band, content == item["want"], [item["prompt"], content])
+        tally(item, content == item["want"])
         count("turn ended", c["finish_reason"] != "length", item["prompt"])
         if thinking:
             count("reasoning closed (thinking on)", c["finish_reason"] != "length" and reasoning is not None, item["prompt"])
@@ -231,9 +242,12 @@ def evaluate(base: str, n: int) -> dict[str, Any]:
             except (ValueError, TypeError):
                 args_ok = False
         count("tool arguments equal the prompt's spans", args_ok, [item["prompt"], item["args"], calls[:1]])
+        tally(item, args_ok)
         count("turn ended", c["finish_reason"] != "length", item["prompt"])
     return {"seed": SEED, "n": n, "dropped_from_pools": gen.dropped,
-            "rates": {k: {"ok": a, "of": b, "rate": round(a / b, 4)} for k, (a, b) in counts.items()}, "misses": misses}
+            "rates": {k: {"ok": a, "of": b, "rate": round(a / b, 4)} for k, (a, b) in counts.items()},
+            "by_phrasing": {k: {"ok": a, "of": b, "rate": round(a / b, 4)} for k, (a, b) in by_phrasing.items()},
+            "misses": misses}
 
 
 def main() -> int:
@@ -242,7 +256,8 @@ def main() -> int:
     ap.add_argument("--base-url", help="a running colibri serve (default: start one with the embedded model)")
     ap.add_argument("--model", help="serve this model directory instead of the embedded model (no --base-url)")
     ap.add_argument("--family", help="serve with this family (default: glm, the embedded model's, with --model)")
-    ap.add_argument("--json", type=Path, help="write the rates and up to 20 misses per behaviour here")
+    ap.add_argument("--json", type=Path, help="write the rates, the rates per phrasing (repeat: exact; tools: "
+                    "arguments exact) and up to 20 misses per behaviour here")
     args = ap.parse_args()
     if args.base_url:
         doc = evaluate(args.base_url.rstrip("/").removesuffix("/v1"), args.n)

@@ -177,6 +177,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-compile", action="store_true")
+    # The shape; the defaults are the shipped model's (1.0M parameters, 4.0 MB as float32).
+    ap.add_argument("--dim", type=int, default=128, help="hidden size")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--ffn", type=int, default=352, help="intermediate size of the MLP")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -185,7 +191,10 @@ def main() -> None:
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
     train = load_examples(Path(a.corpus) / "train.jsonl", tok)
     valid = load_examples(Path(a.corpus) / "valid.jsonl", tok)
-    cfg = Config(vocab=tok.get_vocab_size(), seq=a.seq)
+    if a.dim % a.heads or a.heads % a.kv_heads:
+        ap.error(f"--dim ({a.dim}) must divide by --heads ({a.heads}), and --heads by --kv-heads ({a.kv_heads})")
+    cfg = Config(vocab=tok.get_vocab_size(), seq=a.seq, dim=a.dim, n_layers=a.layers, n_heads=a.heads,
+                 n_kv_heads=a.kv_heads, ffn=a.ffn)
     model = Llama(cfg)
     print(f"params {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M, train examples {len(train)}", flush=True)
     decay = [p for p in model.parameters() if p.dim() == 2]
