@@ -10,8 +10,9 @@ timeout or disconnect check reaches them. Here instead:
   blocking; a thread gets the connection once the request is complete. Reading has one
   deadline per request, headers and body together (`--read-deadline`); past it the client
   gets 408 `request_timeout` and the connection is closed (rule ops.read-deadline).
-- A complete request finding every thread busy is answered at once from the event loop with
-  429 `queue_full`: the threads are sized from the KV slots plus the admission queue plus a
+- A complete request finding every thread busy gets the first thread back within
+  HANDOFF_WAIT (100 ms: a thread's answer reaches its client just before the thread is free
+  again), else it is answered from the event loop with 429 `queue_full`: the threads are sized from the KV slots plus the admission queue plus a
   few spare, so a busy pool means the scheduler's queue is full (rule ops.admission.bounded).
 - One client address may hold at most `--max-client-connections` open connections; a
   request on one more is answered 429 `too_many_connections` (rule ops.connections.per-client).
@@ -27,7 +28,7 @@ import re
 import selectors
 import socket
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from functools import partial
 from typing import Any
 
@@ -39,6 +40,10 @@ from .errors import ApiError, error
 READ_DEADLINE = float(os.environ.get("COLI_READ_DEADLINE", "30"))
 #: A send that cannot make progress for this long drops the client (it stopped reading).
 WRITE_TIMEOUT = float(os.environ.get("COLI_WRITE_TIMEOUT", "60"))
+#: A thread's answer reaches its client a moment before the thread is back in the pool (it
+#: still closes the response and logs): a request finding every thread busy waits this long
+#: for one before it is refused, so a client sending its next request at once is served.
+HANDOFF_WAIT = 0.1
 MAX_CLIENT_CONNECTIONS = int(os.environ.get("COLI_MAX_CLIENT_CONNECTIONS", "64"))
 MAX_HEADER_BYTES = 64 * 1024  # beyond this, gunicorn's own parser refuses the request
 
@@ -179,6 +184,18 @@ class Arriving:
         self.since = time.monotonic()
 
 
+class Waiting:
+    """A complete request that found every thread busy: it gets the first thread to come back,
+    or 429 `queue_full` at `until`."""
+
+    __slots__ = ("conn", "deadline", "until")
+
+    def __init__(self, conn: Any, deadline: float, until: float):
+        self.conn = conn
+        self.deadline = deadline
+        self.until = until
+
+
 class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -186,6 +203,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.per_address: dict[str, set[int]] = defaultdict(set)  # address -> accept numbers of its open connections
         self.accepted = 0
         self.arriving: dict[int, Arriving] = {}  # fd -> connection being read
+        self.waiting: deque[Waiting] = deque()  # complete requests waiting HANDOFF_WAIT for a thread
 
     # --------------------------------------------------------------- connections in and out
 
@@ -285,18 +303,36 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         if self._over_cap(conn):
             self._drop(conn, answer(error("too_many_connections"), path))
         elif self.in_flight >= self.cfg.threads:
-            self._drop(conn, answer(error("queue_full", "The server is at capacity: every request thread is "
-                                                         "busy and the admission queue is full."), path))
+            self.waiting.append(Waiting(conn, deadline, time.monotonic() + HANDOFF_WAIT))
         else:
-            self.in_flight += 1
-            conn.sock.deadline = deadline if deadline != float("inf") else time.monotonic() + READ_DEADLINE
-            conn.data_ready = True
-            fs = self.tpool.submit(self.handle, conn)
-            fs.add_done_callback(lambda fut: self.method_queue.defer(self._thread_done, conn, fut))
+            self._start(conn, deadline)
+
+    def _start(self, conn: Any, deadline: float) -> None:
+        self.in_flight += 1
+        conn.sock.deadline = deadline if deadline != float("inf") else time.monotonic() + READ_DEADLINE
+        conn.data_ready = True
+        fs = self.tpool.submit(self.handle, conn)
+        fs.add_done_callback(lambda fut: self.method_queue.defer(self._thread_done, conn, fut))
 
     def _thread_done(self, conn: Any, fut: Any) -> None:
         self.in_flight -= 1
         self.finish_request(conn, fut)
+        while self.waiting and self.in_flight < self.cfg.threads:
+            w = self.waiting.popleft()
+            self._start(w.conn, w.deadline)
+
+    def _refuse_waited(self, now: float) -> None:
+        """Requests no thread came back for within HANDOFF_WAIT: the pool is really full."""
+        while self.waiting and self.waiting[0].until <= now:
+            w = self.waiting.popleft()
+            self._drop(w.conn, answer(error("queue_full", "The server is at capacity: every request thread is "
+                                                          "busy and the admission queue is full."),
+                                      _path(w.conn.sock.buffered)))
+
+    def wait_for_and_dispatch_events(self, timeout: float) -> None:
+        if self.waiting:  # wake for the first waiting request's refusal, not a second later
+            timeout = min(timeout, max(0.0, self.waiting[0].until - time.monotonic()))
+        super().wait_for_and_dispatch_events(timeout)
 
     # --------------------------------------------------------------- gthread's hooks, rerouted
 
@@ -350,6 +386,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         """Requests past their read deadline get 408; connections that never sent a byte are
         closed after the keep-alive time."""
         now = time.monotonic()
+        self._refuse_waited(now)
         for state in list(self.arriving.values()):
             conn = state.conn
             if state.deadline == float("inf"):
