@@ -29,7 +29,9 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--api-key", "COLI_API_KEY", str, None, "require this key (Authorization: Bearer or x-api-key)"),
     ("--threads", "COLI_THREADS", int, None,
      "HTTP threads (default: KV slots + max queue + 4, so that a request only ever waits in the admission queue)"),
-    ("--engine-threads", "COLI_ENGINE_THREADS", int, 0, "compute threads for the engine (0: all cores)"),
+    ("--engine-threads", "COLI_ENGINE_THREADS", int, 0, "compute threads for the engine (0: all cores; on a machine where other work keeps cores busy, "
+     "give only the idle ones: every step waits for its slowest thread, and a thread sharing a busy core "
+     "made held-out evaluation about 30x slower beside a 2-thread training run on 2 cores)"),
     ("--keepalive", "COLI_KEEPALIVE", float, 10.0, "seconds of stream silence before a keepalive is sent"),
     ("--read-deadline", "COLI_READ_DEADLINE", float, 30.0,
      "seconds a client has to send a whole request (headers and body) before 408 and close"),
