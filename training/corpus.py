@@ -124,6 +124,48 @@ REPEAT_SHAPES = ["{v} {o} {h}: {t}", "{v} {h} {o}: {t}", "Please {lv} {o} {h}: {
                  '{v} {o} {h}: "{t}"', "Just {lv} {o} {h}: {t}", "{v} {o} {h} - {t}", "I need you to {lv} {o} {h}: {t}"]
 
 
+# Plain English glue for free-form instruction heads: with these and the lexicon's words a head
+# can be any short sentence, so the model cannot learn a list of heads and must read the text
+# after the colon as the thing to copy.
+GLUE = ("the a an to me for of and with all just now here below again please kindly simply only it "
+        "this that these what which my your our back out up down over once same whole text words line "
+        "string phrase input message content exactly precisely verbatim as is unchanged nothing more else "
+        "than but no changes do not alter keep leave").split()
+
+
+def tool_words() -> set[str]:
+    """Words that say a tool is wanted: the tool domains' keywords, the verbs tool names are made
+    from and the first word of every domain phrasing ("Message", "Text", "Send"...). A free head
+    never holds one, or "Text Ana: hello" would be taught as a text to copy."""
+    import re
+
+    import tooldomains
+
+    words = set(tooldomains.VERBS)
+    for keywords, _, phrasings in tooldomains.DOMAINS:
+        words.update(part for k in keywords for part in k.split("_"))
+        words.update(p.split()[0] for p in phrasings if not p.startswith("{"))
+    return {w.lower().strip(",.:?!") for w in words if re.match(r"\w", w)}
+
+
+TOOL_WORDS = tool_words()
+
+
+def free_head(r: random.Random, lex: Lexicon) -> str:
+    """A head of 2-9 words, mostly glue and verbs, some made up, one comma at times; never a
+    word of the tool domains (TOOL_WORDS)."""
+    words: list[str] = []
+    n = r.randint(2, 9)
+    while len(words) < n:
+        w = r.choice([r.choice(GLUE), r.choice(GLUE), r.choice(REPEAT_VERBS).lower(), r.choice(ENGLISH), lex.latin()])
+        if not TOOL_WORDS & set(w.split()):
+            words.append(w)
+    if r.random() < 0.3:
+        words[r.randrange(0, len(words) - 1)] += ","
+    head = " ".join(words)
+    return head[0].upper() + head[1:]
+
+
 def heldout_words() -> set[str]:
     """The held-out evaluation's pool words: the lexicon never emits them."""
     import heldout
@@ -131,11 +173,16 @@ def heldout_words() -> set[str]:
     return set(heldout.POOL_WORDS + heldout.POOL_NAMES + heldout.POOL_CITIES + heldout.POOL_IDENTS)
 
 
-def repeat_instruction(r: random.Random, t: str, lex: Lexicon) -> str:
+def repeat_instruction(r: random.Random, t: str, lex: Lexicon, free: float = 0.0) -> str:
     """One made-up way of asking for `t` back, never one of the held-out set's phrasings. A third
     of them carry words of no meaning before the colon, so the model learns that the text to copy
     is what follows the instruction, whatever the instruction says."""
     while True:
+        if free and r.random() < free:  # the free-heads recipe
+            q = free_head(r, lex) + r.choice([": ", ": ", ":\n", " - "]) + "\0"
+            if not forbidden(q, to_colon=True):
+                return q.replace("\0", t)
+            continue
         v = r.choice(REPEAT_VERBS)
         o = r.choice(REPEAT_OBJECTS)
         if r.random() < 0.35:
@@ -144,21 +191,41 @@ def repeat_instruction(r: random.Random, t: str, lex: Lexicon) -> str:
         while "  " in q:
             q = q.replace("  ", " ")
         q = q.replace(" :", ":").replace(" ,", ",").replace(" ?", "?").replace(" .", ".").replace(" -", " -")
-        if q.split("\0")[0].strip() not in FORBIDDEN_HEADS:
+        if not forbidden(q, to_colon=bool(free)):
             return q.replace("\0", t)
 
 
-FORBIDDEN_HEADS: set[str] = set()  # filled by Gen from the held-out phrasings
+FORBIDDEN_HEADS: set[str] = set()  # filled by Gen from the held-out phrasings, lower-cased
+
+
+def forbidden(q: str, to_colon: bool = True) -> bool:
+    """Whether an instruction (text slot \0) starts as a held-out one does: compared up to its
+    first colon, whatever case, as heldout.check_phrasings compares them. The run2 recipe
+    compared the whole head before the text (to_colon=False), so a held-out head followed by a
+    quoted text slipped through (8 times in the shipped corpus); it keeps that check so that it
+    still draws the same bytes."""
+    head = q.split("\0")[0]
+    return (head.split(":")[0].strip().lower() + ":" if to_colon else head.strip().lower()) in FORBIDDEN_HEADS
+
+
+#: Corpus recipes: what each changes from the shipped weights' corpus (run2).
+RECIPES = {
+    "run2": {"free_heads": 0.0, "repeated_words": 0.0},  # the shipped weights' corpus, byte for byte
+    # training/README "Free-form instructions": 30% of repeat instructions with a free head, one
+    # word in ten of a lexicon text one already used in it; held-out heads refused to the colon.
+    "free-heads": {"free_heads": 0.3, "repeated_words": 0.1},
+}
 
 
 class Gen:
-    def __init__(self, rng: random.Random):
+    def __init__(self, rng: random.Random, recipe: str = "run2"):
         self.r = rng
-        self.lex = Lexicon(rng, avoid=heldout_words())
+        self.recipe = RECIPES[recipe]
+        self.lex = Lexicon(rng, avoid=heldout_words(), repeated_words=self.recipe["repeated_words"])
         self.tools = ToolTasks(self.lex)
         import heldout
 
-        FORBIDDEN_HEADS.update(p.split("{t}")[0].strip() for p in heldout.REPEAT_PHRASES)
+        FORBIDDEN_HEADS.update(p.split("{t}")[0].strip().lower() for p in heldout.REPEAT_PHRASES)
 
     # ---------------------------------------------------------------- text pieces
     def repeat_text(self) -> str:
@@ -203,7 +270,7 @@ class Gen:
         if r.random() < 0.2:
             q = r.choice(["Repeat exactly: {t}"] * 8 + ["Say exactly: {t}", "Echo back exactly: {t}"]).format(t=t)
         else:
-            q = repeat_instruction(r, t, self.lex)
+            q = repeat_instruction(r, t, self.lex, free=self.recipe["free_heads"])
         return q, "The user wants the text repeated exactly.", t
 
     def task_capital(self) -> tuple[str, str, str]:
@@ -450,11 +517,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=40000, help="training conversations")
     ap.add_argument("--valid", type=int, default=600, help="validation conversations (own seed)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="run2",
+                    help="run2: the shipped weights' corpus; free-heads: the 2026-12-02 experiment (training/README)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, n, seed in (("train", args.n, args.seed), ("valid", args.valid, args.seed + 1000)):
-        g = Gen(random.Random(seed))
+        g = Gen(random.Random(seed), args.recipe)
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for _ in range(n):
                 f.write(json.dumps(example(g.conversation()), ensure_ascii=False) + "\n")

@@ -57,12 +57,13 @@ def main() -> None:
     ap.add_argument("--model", default=str(ROOT / "colibri" / "models" / "tiny"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--n", type=int, default=200, help="prompts per behaviour")
+    ap.add_argument("--recipe", default="run2", help="the corpus recipe to draw prompts from (corpus.py --recipe)")
     a = ap.parse_args()
     model = Model(a.model)
     engine = model.engine(n_slots=1)
     templates = {f: model.template(FAMILIES[f]["template"]) for f in FAMILIES}
     rng = random.Random(HELD_OUT_SEED)
-    g = Gen(rng)
+    g = Gen(rng, a.recipe)
     stats: dict[str, list[int]] = {k: [0, 0] for k in (
         "repeat_exact", "tool_well_formed", "tool_exact", "reasoning_closed", "reasoning_spurious", "ended")}
     failures: dict[str, list[str]] = {k: [] for k in stats}

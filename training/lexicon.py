@@ -47,8 +47,9 @@ ENGLISH = (
 
 
 class Lexicon:
-    def __init__(self, r: random.Random, avoid: set[str] | None = None):
+    def __init__(self, r: random.Random, avoid: set[str] | None = None, repeated_words: float = 0.0):
         self.r = r
+        self.repeated_words = repeated_words  # share of a text's words that are ones already used
         self.avoid = {w.lower() for w in (avoid or set())}
 
     def _ok(self, w: str) -> bool:
@@ -166,7 +167,12 @@ class Lexicon:
         want = r.randint(lo, hi)
         words: list[str] = []
         while len(" ".join(words)) < want:
-            words.append(self.token())
+            # A word already used (often the one before): copying must follow the position,
+            # not the word, or a repeated word sends the copy round in a loop.
+            if words and self.repeated_words and r.random() < self.repeated_words:
+                words.append(words[-1] if r.random() < 0.5 else r.choice(words))
+            else:
+                words.append(self.token())
         t = " ".join(words)
         while len(t) > hi and " " in t:
             t = t.rsplit(" ", 1)[0]
