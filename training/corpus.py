@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import string
 import sys
 from pathlib import Path
@@ -137,8 +138,6 @@ def tool_words() -> set[str]:
     """Words that say a tool is wanted: the tool domains' keywords, the verbs tool names are made
     from and the first word of every domain phrasing ("Message", "Text", "Send"...). A free head
     never holds one, or "Text Ana: hello" would be taught as a text to copy."""
-    import re
-
     import tooldomains
 
     words = set(tooldomains.VERBS)

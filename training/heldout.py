@@ -192,6 +192,10 @@ def same_value(got: Any, want: str) -> bool:
     return str(got).strip() == want or (isinstance(got, (int, float)) and str(got) == want)
 
 
+def rates(counts: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
+    return {k: {"ok": a, "of": b, "rate": round(a / b, 4)} for k, (a, b) in counts.items()}
+
+
 def evaluate(base: str, n: int) -> dict[str, Any]:
     import httpx
 
@@ -250,8 +254,7 @@ def evaluate(base: str, n: int) -> dict[str, Any]:
         tally(item, args_ok)
         count("turn ended", c["finish_reason"] != "length", item["prompt"])
     return {"seed": SEED, "n": n, "dropped_from_pools": gen.dropped,
-            "rates": {k: {"ok": a, "of": b, "rate": round(a / b, 4)} for k, (a, b) in counts.items()},
-            "by_phrasing": {k: {"ok": a, "of": b, "rate": round(a / b, 4)} for k, (a, b) in by_phrasing.items()},
+            "rates": rates(counts), "by_phrasing": rates(by_phrasing),
             "misses": misses}
 
 

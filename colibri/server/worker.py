@@ -12,8 +12,9 @@ timeout or disconnect check reaches them. Here instead:
   gets 408 `request_timeout` and the connection is closed (rule ops.read-deadline).
 - A complete request finding every thread busy gets the first thread back within
   HANDOFF_WAIT (100 ms: a thread's answer reaches its client just before the thread is free
-  again), else it is answered from the event loop with 429 `queue_full`: the threads are sized from the KV slots plus the admission queue plus a
-  few spare, so a busy pool means the scheduler's queue is full (rule ops.admission.bounded).
+  again), else it is answered from the event loop with 429 `queue_full`: the threads are
+  sized from the KV slots plus the admission queue plus a few spare, so a busy pool means
+  the scheduler's queue is full (rule ops.admission.bounded).
 - One client address may hold at most `--max-client-connections` open connections; a
   request on one more is answered 429 `too_many_connections` (rule ops.connections.per-client).
 
