@@ -21,12 +21,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import tooldomains  # noqa: E402
 from lexicon import ENGLISH, Lexicon  # noqa: E402
 from tooldomains import ToolTasks  # noqa: E402
 
 from colibri.chat_template import render  # noqa: E402
 
 MODEL_DIR = ROOT / "colibri" / "models" / "tiny"
+MESSAGING = next(i for i, d in enumerate(tooldomains.DOMAINS) if d[0][0] == "message")
 FAMILIES = {
     "glm": {"template": "chat_template.glm.jinja", "end_text": "<|user|>", "end_tool": "<|observation|>"},
     "chatml": {"template": "chat_template.chatml.jinja", "end_text": "<|im_end|>", "end_tool": "<|im_end|>"},
@@ -134,30 +136,33 @@ GLUE = ("the a an to me for of and with all just now here below again please kin
         "than but no changes do not alter keep leave").split()
 
 
-def tool_words() -> set[str]:
+def tool_words(colons: bool = False) -> set[str]:
     """Words that say a tool is wanted: the tool domains' keywords, the verbs tool names are made
-    from and the first word of every domain phrasing ("Message", "Text", "Send"...). A free head
-    never holds one, or "Text Ana: hello" would be taught as a text to copy."""
+    from and the first word of every domain phrasing ("Message", "Text", "Send"...), with
+    `colons` every word before the colon of the COLON_PHRASINGS too. A free head never holds
+    one, or "Text Ana: hello" would be taught as a text to copy."""
     import tooldomains
 
     words = set(tooldomains.VERBS)
     for keywords, _, phrasings in tooldomains.DOMAINS:
         words.update(part for k in keywords for part in k.split("_"))
         words.update(p.split()[0] for p in phrasings if not p.startswith("{"))
+    if colons:
+        words.update(w for ps in tooldomains.COLON_PHRASINGS.values() for p in ps for w in p.split(":")[0].split())
     return {w.lower().strip(",.:?!") for w in words if re.match(r"\w", w)}
 
 
 TOOL_WORDS = tool_words()
 
 
-def free_head(r: random.Random, lex: Lexicon) -> str:
+def free_head(r: random.Random, lex: Lexicon, banned: set[str] = TOOL_WORDS) -> str:
     """A head of 2-9 words, mostly glue and verbs, some made up, one comma at times; never a
-    word of the tool domains (TOOL_WORDS)."""
+    word of the tool domains (`banned`)."""
     words: list[str] = []
     n = r.randint(2, 9)
     while len(words) < n:
         w = r.choice([r.choice(GLUE), r.choice(GLUE), r.choice(REPEAT_VERBS).lower(), r.choice(ENGLISH), lex.latin()])
-        if not TOOL_WORDS & set(w.split()):
+        if not banned & set(w.split()):
             words.append(w)
     if r.random() < 0.3:
         words[r.randrange(0, len(words) - 1)] += ","
@@ -172,13 +177,14 @@ def heldout_words() -> set[str]:
     return set(heldout.POOL_WORDS + heldout.POOL_NAMES + heldout.POOL_CITIES + heldout.POOL_IDENTS)
 
 
-def repeat_instruction(r: random.Random, t: str, lex: Lexicon, free: float = 0.0) -> str:
+def repeat_instruction(r: random.Random, t: str, lex: Lexicon, free: float = 0.0,
+                       banned: set[str] = TOOL_WORDS) -> str:
     """One made-up way of asking for `t` back, never one of the held-out set's phrasings. A third
     of them carry words of no meaning before the colon, so the model learns that the text to copy
     is what follows the instruction, whatever the instruction says."""
     while True:
         if free and r.random() < free:  # the free-heads recipe
-            q = free_head(r, lex) + r.choice([": ", ": ", ":\n", " - "]) + "\0"
+            q = free_head(r, lex, banned) + r.choice([": ", ": ", ":\n", " - "]) + "\0"
             if not forbidden(q, to_colon=True):
                 return q.replace("\0", t)
             continue
@@ -213,13 +219,20 @@ RECIPES = {
     # training/README "Free-form instructions": 30% of repeat instructions with a free head, one
     # word in ten of a lexicon text one already used in it; held-out heads refused to the colon.
     "free-heads": {"free_heads": 0.3, "repeated_words": 0.1},
+    # training/README "Soup and colons": free heads, plus 30% of lexicon repeat texts glued from
+    # word pieces (Lexicon.soup), 30% of domain requests shaped "words: text"
+    # (tooldomains.COLON_PHRASINGS, whose heads free heads also avoid), and 8% of conversations a
+    # repeat request beside domain tools, messaging among them half the time.
+    "soup-colons": {"free_heads": 0.3, "repeated_words": 0.1, "soup": 0.3, "colons": 0.3, "repeat_with_tools": 0.08},
 }
+FEATURES_OFF = {"soup": 0.0, "colons": 0.0, "repeat_with_tools": 0.0}  # what the older recipes leave out
 
 
 class Gen:
     def __init__(self, rng: random.Random, recipe: str = "run2"):
         self.r = rng
-        self.recipe = RECIPES[recipe]
+        self.recipe = FEATURES_OFF | RECIPES[recipe]
+        self.banned = tool_words(colons=True) if self.recipe["colons"] else TOOL_WORDS
         self.lex = Lexicon(rng, avoid=heldout_words(), repeated_words=self.recipe["repeated_words"])
         self.tools = ToolTasks(self.lex)
         import heldout
@@ -265,11 +278,15 @@ class Gen:
     # ---------------------------------------------------------------- tasks (user, reasoning, reply)
     def task_repeat(self) -> tuple[str, str, str]:
         r = self.r
-        t = self.repeat_text() if r.random() < 0.25 else self.lex.text(1, 80)
+        if r.random() < 0.25:
+            t = self.repeat_text()
+        else:
+            soup = self.recipe["soup"]
+            t = self.lex.soup(1, 80) if soup and r.random() < soup else self.lex.text(1, 80)
         if r.random() < 0.2:
             q = r.choice(["Repeat exactly: {t}"] * 8 + ["Say exactly: {t}", "Echo back exactly: {t}"]).format(t=t)
         else:
-            q = repeat_instruction(r, t, self.lex, free=self.recipe["free_heads"])
+            q = repeat_instruction(r, t, self.lex, free=self.recipe["free_heads"], banned=self.banned)
         return q, "The user wants the text repeated exactly.", t
 
     def task_capital(self) -> tuple[str, str, str]:
@@ -388,7 +405,7 @@ class Gen:
         r = self.r
         domain = r.random() < 0.65
         if domain:  # a request from one of many domains, the offered tools varying around it
-            pool, target, q, args = self.tools.task()
+            pool, target, q, args = self.tools.task(colons=self.recipe["colons"])
         else:
             n_generic = r.randint(0, 3)
             pool = r.sample(list(FIXED_TOOLS.values()), r.randint(1, 3)) + [self.generic_tool() for _ in range(n_generic)]
@@ -438,11 +455,26 @@ class Gen:
                 "reply": f"I can't check the current time in {city} without a clock tool.",
                 "why": "No clock tool is available."}
 
+    def repeat_beside_tools(self) -> dict:
+        """A repeat request with 1-3 domain tools offered, a messaging tool among them half the
+        time: "Message Ana: hi" beside a messaging tool is a call, a repeat request beside the
+        same tool is not; the words before the colon decide, not its shape."""
+        r = self.r
+        domains = r.sample(range(len(tooldomains.DOMAINS)), r.randint(1, 3))
+        if r.random() < 0.5 and MESSAGING not in domains:
+            domains[0] = MESSAGING
+        pool = list({t["function"]["name"]: t for t in (self.tools.tool(d)[1] for d in domains)}.values())
+        q, why, a = self.task_repeat()
+        return {"tools": pool, "messages": [{"role": "user", "content": q}], "reply": a, "why": why}
+
     # ---------------------------------------------------------------- conversations
     def conversation(self) -> dict:
         r = self.r
+        beside = self.recipe["repeat_with_tools"]
         x = r.random()
-        if x < 0.45:
+        if beside and r.random() < beside:  # (no draw when off: the older recipes keep their bytes)
+            conv = self.repeat_beside_tools()
+        elif x < 0.45:
             conv = self.tool_conversation()
         elif x < 0.48:
             conv = self.no_tool_refusal()
@@ -517,7 +549,8 @@ def main() -> None:
     ap.add_argument("--valid", type=int, default=600, help="validation conversations (own seed)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="run2",
-                    help="run2: the shipped weights' corpus; free-heads: the 2026-12-02 experiment (training/README)")
+                    help="run2: the shipped weights' corpus; free-heads, soup-colons: the experiments of 2026-12-02 "
+                         "(training/README)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

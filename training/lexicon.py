@@ -51,6 +51,7 @@ class Lexicon:
         self.r = r
         self.repeated_words = repeated_words  # share of a text's words that are ones already used
         self.avoid = {w.lower() for w in (avoid or set())}
+        self.avoid_inside = {w for w in self.avoid if len(w) >= 4}  # never glued back together by soup()
 
     def _ok(self, w: str) -> bool:
         return bool(w) and w.lower() not in self.avoid
@@ -177,3 +178,20 @@ class Lexicon:
         while len(t) > hi and " " in t:
             t = t.rsplit(" ", 1)[0]
         return t[:hi].strip() or self.latin()
+
+    def soup(self, lo: int = 1, hi: int = 80) -> str:
+        """Text of lo..hi characters glued from pieces of 1-4 characters cut out of words of every
+        kind, a space between two pieces three times in ten. What comes next in it follows no word
+        the model knows, so only copying gets it right: on lexicon texts the language the model
+        has learnt pulls a copy towards words it knows (a held-out word began as "candle")."""
+        r = self.r
+        want = r.randint(lo, hi)
+        while True:
+            t = ""
+            while len(t) < want:
+                w = self.token()
+                i = r.randrange(len(w))
+                t += (" " if t and r.random() < 0.3 else "") + w[i:i + r.randint(1, 4)]
+            t = t[:hi].strip()
+            if t and not any(a in t.lower() for a in self.avoid_inside):
+                return t

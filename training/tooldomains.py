@@ -119,6 +119,31 @@ DOMAINS: list[tuple[list[str], dict[str, list[str]], list[str]]] = [
       "Make the {room} {level} percent bright."]),
 ]
 
+#: The "colons" recipe's extra phrasings, by the domain's first keyword: requests shaped like a
+#: repeat instruction (words, a colon, a text), so that what tells a call from a copy is whether
+#: an offered tool fits the words before the colon, not the colon.
+COLON_PHRASINGS: dict[str, list[str]] = {
+    "weather": ["Weather for: {city}", "Forecast please: {city}", "Rain or shine? {city}", "Weather check: {city}"],
+    "time": ["Local time: {city}", "Clock for: {city}"],
+    "units": ["Convert: {amount} {unit_from} to {unit_to}", "Units, {amount} {unit_from}: to {unit_to}"],
+    "currency": ["Exchange: {amount} {cur_from} to {cur_to}"],
+    "table": ["Table at {venue}: {count} people", "Reservation, {venue}: {count}"],
+    "hotel": ["Hotel in {city}: {nights} nights"],
+    "flights": ["Flight search: {origin} to {destination}"],
+    "directions": ["Route: {origin} to {destination}"],
+    "message": ["SMS {person}: {body}", "Message to {person}: {body}", "DM {person}: {body}",
+                "Note for {person}: {body}", "Ping {person}: {body}", "Chat {person}: {body}",
+                "Send {person}: {body}", "{person}, message: {body}"],
+    "email": ["Email {email}: {title}", "Mail to {email}, subject: {title}"],
+    "music": ["Play: {artist}", "Music: {artist}", "Song request: {artist}", "Queue up: {artist}"],
+    "reminder": ["Remind me in {minutes} minutes: {body}", "Reminder, {minutes} minutes: {body}"],
+    "timer": ["Timer: {minutes} minutes"],
+    "web": ["Look up: {query}", "Web search: {query}"],
+    "translation": ["Translate into {language}: {body}", "{language} please: {body}"],
+    "event": ["Calendar, {date}: {title}", "Schedule on {date}: {title}"],
+    "cart": ["Add to cart: {count} {item}", "Order: {count} {item}"],
+    "lights": ["Lights, {room}: {level}", "Brightness in the {room}: {level}"],
+}
 
 VERBS = ["get", "check", "find", "lookup", "fetch", "show", "query", "read", "do", "run", "make", "set", "send",
          "book", "play", "convert", "start", "add", "create", "search", "plan", "request", "open", "call", "use"]
@@ -205,8 +230,9 @@ class ToolTasks:
             if n not in HELDOUT_NAMES and n[:1].isalpha():
                 return n
 
-    def task(self) -> tuple[list[dict], dict, str, dict[str, Any]]:
-        """(offered tools, the tool to call, the user's request, the arguments it implies)."""
+    def task(self, colons: float = 0.0) -> tuple[list[dict], dict, str, dict[str, Any]]:
+        """(offered tools, the tool to call, the user's request, the arguments it implies); with
+        `colons`, that share of requests is one of the domain's COLON_PHRASINGS."""
         r = self.r
         d, target, params = self.tool()
         others: list[dict] = []
@@ -220,6 +246,9 @@ class ToolTasks:
         offered = [target] + others
         r.shuffle(offered)
         by_role = {role: value(self.lex, ROLES[role][1]) for role in dict.fromkeys(params.values())}  # ordered: reproducible
-        request = r.choice(DOMAINS[d][2]).format(**by_role)
+        phrasings = DOMAINS[d][2]
+        if colons and r.random() < colons:  # (no draw when off: the older recipes keep their bytes)
+            phrasings = COLON_PHRASINGS[DOMAINS[d][0][0]]
+        request = r.choice(phrasings).format(**by_role)
         args = {p: by_role[role] for p, role in params.items()}
         return offered, target, request, args
