@@ -224,14 +224,37 @@ RECIPES = {
     # (tooldomains.COLON_PHRASINGS, whose heads free heads also avoid), and 8% of conversations a
     # repeat request beside domain tools, messaging among them half the time.
     "soup-colons": {"free_heads": 0.3, "repeated_words": 0.1, "soup": 0.3, "colons": 0.3, "repeat_with_tools": 0.08},
+    # training/README "Every token written out": free heads, plus 40% of lexicon repeat texts
+    # glued from whole tokens of a given tokenizer (--tokenizer), the one the model then trains on.
+    "vocab-texts": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4},
 }
-FEATURES_OFF = {"soup": 0.0, "colons": 0.0, "repeat_with_tools": 0.0}  # what the older recipes leave out
+FEATURES_OFF = {"soup": 0.0, "colons": 0.0, "repeat_with_tools": 0.0, "vocab_texts": 0.0}  # the older recipes'
+
+
+def vocab_pieces(tokenizer: str) -> list[str]:
+    """The decoded string of every ordinary token of a tokenizer.json: no role marker or tag, no
+    token that is part of a character (its bytes alone do not decode), no control character."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer)
+    added = {t.content for t in tok.get_added_tokens_decoder().values()}
+    pieces = []
+    for i in range(tok.get_vocab_size()):
+        if tok.id_to_token(i) in added:
+            continue
+        s = tok.decode([i])
+        if s.strip() and "\ufffd" not in s and all(ord(c) >= 32 for c in s):
+            pieces.append(s)
+    return pieces
 
 
 class Gen:
-    def __init__(self, rng: random.Random, recipe: str = "run2"):
+    def __init__(self, rng: random.Random, recipe: str = "run2", tokenizer: str | None = None):
         self.r = rng
         self.recipe = FEATURES_OFF | RECIPES[recipe]
+        if self.recipe["vocab_texts"] and not tokenizer:
+            raise SystemExit(f"recipe {recipe} draws texts from a vocabulary: give --tokenizer")
+        self.pieces = vocab_pieces(tokenizer) if self.recipe["vocab_texts"] and tokenizer else []
         self.banned = tool_words(colons=True) if self.recipe["colons"] else TOOL_WORDS
         self.lex = Lexicon(rng, avoid=heldout_words(), repeated_words=self.recipe["repeated_words"])
         self.tools = ToolTasks(self.lex)
@@ -281,8 +304,13 @@ class Gen:
         if r.random() < 0.25:
             t = self.repeat_text()
         else:
-            soup = self.recipe["soup"]
-            t = self.lex.soup(1, 80) if soup and r.random() < soup else self.lex.text(1, 80)
+            soup, vocab = self.recipe["soup"], self.recipe["vocab_texts"]
+            if soup and r.random() < soup:
+                t = self.lex.soup(1, 80)
+            elif vocab and r.random() < vocab:
+                t = self.lex.vocab_text(self.pieces, 1, 80)
+            else:
+                t = self.lex.text(1, 80)
         if r.random() < 0.2:
             q = r.choice(["Repeat exactly: {t}"] * 8 + ["Say exactly: {t}", "Echo back exactly: {t}"]).format(t=t)
         else:
@@ -549,13 +577,15 @@ def main() -> None:
     ap.add_argument("--valid", type=int, default=600, help="validation conversations (own seed)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="run2",
-                    help="run2: the shipped weights' corpus; free-heads, soup-colons: the experiments of 2026-12-02 "
+                    help="run2: the shipped weights' corpus; free-heads, soup-colons, vocab-texts: the experiments of 2026-12-02 "
                          "(training/README)")
+    ap.add_argument("--tokenizer", help="the tokenizer.json a vocab-texts recipe draws tokens from (and the "
+                                        "model then trains on, instead of running tokenizer.py)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, n, seed in (("train", args.n, args.seed), ("valid", args.valid, args.seed + 1000)):
-        g = Gen(random.Random(seed), args.recipe)
+        g = Gen(random.Random(seed), args.recipe, args.tokenizer)
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for _ in range(n):
                 f.write(json.dumps(example(g.conversation()), ensure_ascii=False) + "\n")

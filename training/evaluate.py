@@ -63,7 +63,7 @@ def main() -> None:
     engine = model.engine(n_slots=1)
     templates = {f: model.template(FAMILIES[f]["template"]) for f in FAMILIES}
     rng = random.Random(HELD_OUT_SEED)
-    g = Gen(rng, a.recipe)
+    g = Gen(rng, a.recipe, str(Path(a.model) / "tokenizer.json"))  # (a vocab-texts recipe draws the model's tokens)
     stats: dict[str, list[int]] = {k: [0, 0] for k in (
         "repeat_exact", "tool_well_formed", "tool_exact", "reasoning_closed", "reasoning_spurious", "ended")}
     failures: dict[str, list[str]] = {k: [] for k in stats}

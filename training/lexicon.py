@@ -195,3 +195,18 @@ class Lexicon:
             t = t[:hi].strip()
             if t and not any(a in t.lower() for a in self.avoid_inside):
                 return t
+
+    def vocab_text(self, pieces: list[str], lo: int = 1, hi: int = 80) -> str:
+        """Text of lo..hi characters glued from whole tokens of the model's vocabulary (`pieces`,
+        their decoded strings), drawn uniformly. A token the corpus otherwise never asks to be
+        written out ("user", "val", "con", "ode" in the shipped corpus: 0-3 times each in 20,000
+        conversations) is copied wrongly (a held-out "user" came back as "me"); here each is written out."""
+        r = self.r
+        want = r.randint(lo, hi)
+        while True:
+            t = ""
+            while len(t) < want:
+                t += r.choice(pieces)
+            t = t[:hi].strip()
+            if t and not any(a in t.lower() for a in self.avoid_inside):
+                return t
