@@ -141,8 +141,6 @@ def tool_words(colons: bool = False) -> set[str]:
     from and the first word of every domain phrasing ("Message", "Text", "Send"...), with
     `colons` every word before the colon of the COLON_PHRASINGS too. A free head never holds
     one, or "Text Ana: hello" would be taught as a text to copy."""
-    import tooldomains
-
     words = set(tooldomains.VERBS)
     for keywords, _, phrasings in tooldomains.DOMAINS:
         words.update(part for k in keywords for part in k.split("_"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import string
+from collections.abc import Callable
 
 # Latin: plain and accented letters of many European languages, weighted towards plain ones.
 CONSONANTS = "bcdfghjklmnprstvwzbcdfgklmnprst"
@@ -179,34 +180,36 @@ class Lexicon:
             t = t.rsplit(" ", 1)[0]
         return t[:hi].strip() or self.latin()
 
-    def soup(self, lo: int = 1, hi: int = 80) -> str:
-        """Text of lo..hi characters glued from pieces of 1-4 characters cut out of words of every
-        kind, a space between two pieces three times in ten. What comes next in it follows no word
-        the model knows, so only copying gets it right: on lexicon texts the language the model
-        has learnt pulls a copy towards words it knows (a held-out word began as "candle")."""
-        r = self.r
-        want = r.randint(lo, hi)
+    def glued(self, piece: Callable[[str], str], lo: int = 1, hi: int = 80) -> str:
+        """Text of lo..hi characters made by appending piece(text so far) until long enough,
+        drawn again while it holds a held-out word."""
+        want = self.r.randint(lo, hi)
         while True:
             t = ""
             while len(t) < want:
-                w = self.token()
-                i = r.randrange(len(w))
-                t += (" " if t and r.random() < 0.3 else "") + w[i:i + r.randint(1, 4)]
+                t += piece(t)
             t = t[:hi].strip()
             if t and not any(a in t.lower() for a in self.avoid_inside):
                 return t
 
-    def vocab_text(self, pieces: list[str], lo: int = 1, hi: int = 80) -> str:
-        """Text of lo..hi characters glued from whole tokens of the model's vocabulary (`pieces`,
-        their decoded strings), drawn uniformly. A token the corpus otherwise never asks to be
-        written out ("user", "val", "con", "ode" in the shipped corpus: 0-3 times each in 20,000
-        conversations) is copied wrongly (a held-out "user" came back as "me"); here each is written out."""
+    def soup(self, lo: int = 1, hi: int = 80) -> str:
+        """Text glued from pieces of 1-4 characters cut out of words of every kind, a space
+        between two pieces three times in ten. What comes next in it follows no word the model
+        knows, so only copying gets it right: on lexicon texts the language the model has learnt
+        pulls a copy towards words it knows (a held-out word began as "candle")."""
         r = self.r
-        want = r.randint(lo, hi)
-        while True:
-            t = ""
-            while len(t) < want:
-                t += r.choice(pieces)
-            t = t[:hi].strip()
-            if t and not any(a in t.lower() for a in self.avoid_inside):
-                return t
+
+        def piece(t: str) -> str:
+            w = self.token()
+            i = r.randrange(len(w))
+            return (" " if t and r.random() < 0.3 else "") + w[i:i + r.randint(1, 4)]
+
+        return self.glued(piece, lo, hi)
+
+    def vocab_text(self, pieces: list[str], lo: int = 1, hi: int = 80) -> str:
+        """Text glued from whole tokens of the model's vocabulary (`pieces`, their decoded
+        strings), drawn uniformly. A token the corpus otherwise never asks to be written out
+        ("user", "val", "con", "ode" in the shipped corpus: 0-3 times each in 20,000
+        conversations) is copied wrongly (a held-out "user" came back as "me"); here each is
+        written out."""
+        return self.glued(lambda _: self.r.choice(pieces), lo, hi)
