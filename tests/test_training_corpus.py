@@ -22,7 +22,7 @@ import heldout  # noqa: E402
 # these breaks that reproducibility.
 RECORDED = {"run2": "7f2f20f2c63383f87f2bc9c3472ecfb5", "free-heads": "30f67d0cb4a80c19a18cbf7dcabe323a",
             "soup-colons": "cc69df18e012d129f69f58ec006444d6", "vocab-texts": "d2f98cf1927ac9f8328179d98b55184a"}
-SHIPPED_TOKENIZER = str(Path(__file__).resolve().parents[1] / "colibri" / "models" / "tiny" / "tokenizer.json")
+SHIPPED_TOKENIZER = str(corpus.MODEL_DIR / "tokenizer.json")
 
 
 def sample_md5(recipe: str, n: int = 200) -> str:

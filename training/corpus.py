@@ -252,7 +252,7 @@ class Gen:
         self.recipe = FEATURES_OFF | RECIPES[recipe]
         if self.recipe["vocab_texts"] and not tokenizer:
             raise SystemExit(f"recipe {recipe} draws texts from a vocabulary: give --tokenizer")
-        self.pieces = vocab_pieces(tokenizer) if self.recipe["vocab_texts"] and tokenizer else []
+        self.pieces = vocab_pieces(tokenizer) if tokenizer and self.recipe["vocab_texts"] else []
         self.banned = tool_words(colons=True) if self.recipe["colons"] else TOOL_WORDS
         self.lex = Lexicon(rng, avoid=heldout_words(), repeated_words=self.recipe["repeated_words"])
         self.tools = ToolTasks(self.lex)

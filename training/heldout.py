@@ -106,7 +106,7 @@ def check_phrasings(samples: int = 20000) -> None:
     # corpus.forbidden); samples of each recipe check that refusal from outside.
     heads = {shape(p.split("{t}")[0]) for p in REPEAT_PHRASES}
     for recipe in corpus.RECIPES:
-        g = corpus.Gen(random.Random(1), recipe, str(ROOT / "colibri" / "models" / "tiny" / "tokenizer.json"))
+        g = corpus.Gen(random.Random(1), recipe, str(corpus.MODEL_DIR / "tokenizer.json"))
         made = {shape(g.task_repeat()[0].split(":")[0] + ":") for _ in range(samples)}
         clash += sorted(heads & made)
     clash += [p for p in REPEAT_PHRASES if not corpus.forbidden(p.replace("{t}", "\0"))]

@@ -52,7 +52,7 @@ class Lexicon:
         self.r = r
         self.repeated_words = repeated_words  # share of a text's words that are ones already used
         self.avoid = {w.lower() for w in (avoid or set())}
-        self.avoid_inside = {w for w in self.avoid if len(w) >= 4}  # never glued back together by soup()
+        self.avoid_inside = {w for w in self.avoid if len(w) >= 4}  # never glued back together by glued()
 
     def _ok(self, w: str) -> bool:
         return bool(w) and w.lower() not in self.avoid
