@@ -225,8 +225,14 @@ RECIPES = {
     # training/README "Every token written out": free heads, plus 40% of lexicon repeat texts
     # glued from whole tokens of a given tokenizer (--tokenizer), the one the model then trains on.
     "vocab-texts": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4},
+    # training/README "Copied values": vocab-texts, plus whole characters of other scripts as 20%
+    # of the pieces, 35% of names, places and words in tool arguments glued from the same pieces,
+    # and 25% of domain requests inside an opener or closer (tooldomains.wrap).
+    "copy-values": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
+                    "vocab_values": 0.35, "wrappers": 0.25},
 }
-FEATURES_OFF = {"soup": 0.0, "colons": 0.0, "repeat_with_tools": 0.0, "vocab_texts": 0.0}  # the older recipes'
+FEATURES_OFF = {"soup": 0.0, "colons": 0.0, "repeat_with_tools": 0.0, "vocab_texts": 0.0,  # the older recipes'
+                "script_chars": 0.0, "vocab_values": 0.0, "wrappers": 0.0}
 
 
 def vocab_pieces(tokenizer: str) -> list[str]:
@@ -255,10 +261,18 @@ class Gen:
         self.pieces = vocab_pieces(tokenizer) if tokenizer and self.recipe["vocab_texts"] else []
         self.banned = tool_words(colons=True) if self.recipe["colons"] else TOOL_WORDS
         self.lex = Lexicon(rng, avoid=heldout_words(), repeated_words=self.recipe["repeated_words"])
-        self.tools = ToolTasks(self.lex)
+        # stripped, and without what JSON escapes: pieces of argument values
+        self.value_pieces = [p for p in (q.strip() for q in self.pieces) if p and '"' not in p and "\\" not in p]
+        self.tools = ToolTasks(self.lex, self.vocab_value, self.recipe["vocab_values"], self.recipe["wrappers"])
         import heldout
 
         FORBIDDEN_HEADS.update(p.split("{t}")[0].strip().lower() for p in heldout.REPEAT_PHRASES)
+
+    def vocab_value(self, kind: str) -> str:
+        """An argument value of `kind` (tooldomains.VOCAB_KINDS) glued from vocabulary pieces."""
+        word = lambda: self.lex.vocab_word(self.value_pieces, self.recipe["script_chars"],  # noqa: E731
+                                           tooldomains.VOCAB_KINDS[kind])
+        return " ".join(word() for _ in range(self.r.randint(1, 4))) if kind == "words" else word()
 
     # ---------------------------------------------------------------- text pieces
     def repeat_text(self) -> str:
@@ -306,7 +320,7 @@ class Gen:
             if soup and r.random() < soup:
                 t = self.lex.soup(1, 80)
             elif vocab and r.random() < vocab:
-                t = self.lex.vocab_text(self.pieces, 1, 80)
+                t = self.lex.vocab_text(self.pieces, 1, 80, self.recipe["script_chars"])
             else:
                 t = self.lex.text(1, 80)
         if r.random() < 0.2:
@@ -575,9 +589,10 @@ def main() -> None:
     ap.add_argument("--valid", type=int, default=600, help="validation conversations (own seed)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="run2",
-                    help="run2: the shipped weights' corpus; free-heads, soup-colons, vocab-texts: the experiments of 2026-12-02 "
+                    help="run2: the shipped weights' corpus; free-heads, soup-colons, vocab-texts, copy-values: the experiments "
+                         "of 2026-12-02 "
                          "(training/README)")
-    ap.add_argument("--tokenizer", help="the tokenizer.json a vocab-texts recipe draws tokens from (and the "
+    ap.add_argument("--tokenizer", help="the tokenizer.json a vocab-texts or copy-values recipe draws tokens from (and the "
                                         "model then trains on, instead of running tokenizer.py)")
     args = ap.parse_args()
     out = Path(args.out)

@@ -206,10 +206,36 @@ class Lexicon:
 
         return self.glued(piece, lo, hi)
 
-    def vocab_text(self, pieces: list[str], lo: int = 1, hi: int = 80) -> str:
+    def script_char(self) -> str:
+        """One whole character of one of SCRIPTS, the script drawn first so that small ones
+        weigh as much as CJK."""
+        return chr(self.r.randint(*self.r.choice(SCRIPTS[self.r.choice(list(SCRIPTS))])))
+
+    def vocab_piece(self, pieces: list[str], script_chars: float = 0.0) -> str:
+        """A whole token of the vocabulary (`pieces`) or, `script_chars` of the time, a whole
+        character of another script. Byte-level merges split most such characters into tokens
+        that are only part of one; vocab_pieces() leaves those out, so without these characters
+        they are never written out alone (a held-out CJK word came back as its first character
+        and two broken bytes)."""
+        if script_chars and self.r.random() < script_chars:  # (no draw when off: older bytes kept)
+            return self.script_char()
+        return self.r.choice(pieces)
+
+    def vocab_text(self, pieces: list[str], lo: int = 1, hi: int = 80, script_chars: float = 0.0) -> str:
         """Text glued from whole tokens of the model's vocabulary (`pieces`, their decoded
         strings), drawn uniformly. A token the corpus otherwise never asks to be written out
         ("user", "val", "con", "ode" in the shipped corpus: 0-3 times each in 20,000
         conversations) is copied wrongly (a held-out "user" came back as "me"); here each is
         written out."""
-        return self.glued(lambda _: self.r.choice(pieces), lo, hi)
+        return self.glued(lambda _: self.vocab_piece(pieces, script_chars), lo, hi)
+
+    def vocab_word(self, pieces: list[str], script_chars: float, capital: float) -> str:
+        """A word of 2-12 characters glued from vocabulary pieces without their spaces, for an
+        argument value: what a tool call copies is as often a name in another script or an odd
+        spelling as it is a word the lexicon makes up. Capitalised `capital` of the time.
+        `pieces` are stripped ones without a quote or backslash (JSON would escape them)."""
+        while True:
+            w = self.glued(lambda _: self.vocab_piece(pieces, script_chars), 2, 12).replace(" ", "")
+            w = w[0].upper() + w[1:] if self.r.random() < capital else w
+            if self._ok(w):  # glued() checks only held-out words of 4 characters or more
+                return w

@@ -9,6 +9,8 @@ only way to get an argument right is to copy it.
 """
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 from lexicon import Lexicon
@@ -188,10 +190,37 @@ def schema_tool(name: str, params: dict[str, str], description: str | None) -> d
     return {"type": "function", "function": fn}
 
 
+#: The "copy-values" recipe's openers and closers around a domain request, so that the request
+#: is found inside other words, not only as a whole sentence; some end in a colon, so a colon
+#: before a request that fits an offered tool is met as often as one before a text to copy.
+OPENERS = ["Please,", "Hey,", "Hi,", "Hello!", "OK,", "Right,", "Quick one:", "One thing:", "Next:",
+           "Could you help?", "Help me out:", "Hmm,", "Alright,", "So,", "Question:", "Task for you:"]
+CLOSERS = ["Thanks!", "Thank you.", "Cheers.", "Please.", "Thanks a lot.", "No rush.", ":)", "Ta."]
+#: value kinds a copy-values recipe may draw from the vocabulary instead of the lexicon
+VOCAB_KINDS = {"place": 0.8, "name": 0.8, "word": 0.3, "words": 0.2}  # kind -> share capitalised
+
+
+def wrap(r: Any, template: str, request: str) -> str:
+    """The request with an opener before it and/or a closer after it (the first letter lowered
+    after an opener unless it is a value or "I")."""
+    if r.random() < 0.7:
+        lower = not template.startswith("{") and not re.match(r"I\b|I'", request)
+        request = r.choice(OPENERS) + " " + (request[0].lower() + request[1:] if lower else request)
+        if r.random() < 0.3:
+            request += " " + r.choice(CLOSERS)
+    else:
+        request += " " + r.choice(CLOSERS)
+    return request
+
+
 class ToolTasks:
-    def __init__(self, lex: Lexicon):
+    def __init__(self, lex: Lexicon, vocab_value: Callable[[str], str] | None = None, vocab_values: float = 0.0,
+                 wrappers: float = 0.0):
         self.lex = lex
         self.r = lex.r
+        self.vocab_value = vocab_value  # kind -> a value drawn from the model's vocabulary
+        self.vocab_values = vocab_values  # share of VOCAB_KINDS values drawn so
+        self.wrappers = wrappers  # share of requests wrapped in an opener or closer
 
     def tool(self, domain: int | None = None) -> tuple[int, dict, dict[str, str]]:
         """(domain index, an OpenAI tool, {parameter name: role})."""
@@ -207,6 +236,11 @@ class ToolTasks:
             params = {self.lex.ident().lower().strip("_-") or "arg": next(iter(roles))}
         desc = name.replace("_", " ").capitalize() + "." if r.random() < 0.4 else None
         return d, schema_tool(name, params, desc), params
+
+    def value(self, kind: str) -> Any:
+        if self.vocab_values and self.vocab_value and kind in VOCAB_KINDS and self.r.random() < self.vocab_values:
+            return self.vocab_value(kind)
+        return value(self.lex, kind)
 
     def name(self, keywords: list[str]) -> str:
         """A tool name: mostly a verb and one of the domain's keywords in some spelling, sometimes
@@ -245,10 +279,13 @@ class ToolTasks:
                 others.append(t)
         offered = [target] + others
         r.shuffle(offered)
-        by_role = {role: value(self.lex, ROLES[role][1]) for role in dict.fromkeys(params.values())}  # ordered: reproducible
+        by_role = {role: self.value(ROLES[role][1]) for role in dict.fromkeys(params.values())}  # ordered: reproducible
         phrasings = DOMAINS[d][2]
         if colons and r.random() < colons:  # (no draw when off: the older recipes keep their bytes)
             phrasings = COLON_PHRASINGS[DOMAINS[d][0][0]]
-        request = r.choice(phrasings).format(**by_role)
+        template = r.choice(phrasings)
+        request = template.format(**by_role)
+        if self.wrappers and r.random() < self.wrappers:
+            request = wrap(r, template, request)
         args = {p: by_role[role] for p, role in params.items()}
         return offered, target, request, args
