@@ -40,7 +40,7 @@ def greedy(model, engine, family: str, messages, *, tools=None, thinking=False, 
 
 def test_shipped_files(model):
     c = model.config
-    assert (c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.tie_embeddings) == (128, 4, 4, 2, True)
+    assert (c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.tie_embeddings) == (192, 4, 6, 2, True)
     assert model.tokenizer.get_vocab_size() == c.vocab_size
     for fam in FAMILIES.values():
         assert model.template(fam.row["template"])

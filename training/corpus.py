@@ -5,7 +5,7 @@ templates (one per family), so training text and inference prompts match byte fo
 Only the final assistant turn is a training target; the history is rendered exactly as the
 template renders history at inference (past reasoning dropped).
 
-Usage: python training/corpus.py --out build/corpus --n 40000 --seed 1
+Usage: python training/corpus.py --out build/corpus --n 200000 --seed 1 [--recipe R]
 Writes train.jsonl / valid.jsonl, one {"family", "segments": [[text, trainable], ...]} object per line.
 """
 from __future__ import annotations
@@ -205,15 +205,15 @@ def forbidden(q: str, to_colon: bool = True) -> bool:
     """Whether an instruction (text slot \0) starts as a held-out one does: compared up to its
     first colon, whatever case, as heldout.check_phrasings compares them. The run2 recipe
     compared the whole head before the text (to_colon=False), so a held-out head followed by a
-    quoted text slipped through (8 times in the shipped corpus); it keeps that check so that it
+    quoted text slipped through (8 times in the first shipped corpus); it keeps that check so that it
     still draws the same bytes."""
     head = q.split("\0")[0]
     return (head.split(":")[0].strip().lower() + ":" if to_colon else head.strip().lower()) in FORBIDDEN_HEADS
 
 
-#: Corpus recipes: what each changes from the shipped weights' corpus (run2).
+#: Corpus recipes: what each changes from the first shipped weights' corpus (run2).
 RECIPES = {
-    "run2": {"free_heads": 0.0, "repeated_words": 0.0},  # the shipped weights' corpus, byte for byte
+    "run2": {"free_heads": 0.0, "repeated_words": 0.0},  # the first shipped weights' (and the tokenizer's) corpus
     # training/README "Free-form instructions": 30% of repeat instructions with a free head, one
     # word in ten of a lexicon text one already used in it; held-out heads refused to the colon.
     "free-heads": {"free_heads": 0.3, "repeated_words": 0.1},
@@ -225,9 +225,10 @@ RECIPES = {
     # training/README "Every token written out": free heads, plus 40% of lexicon repeat texts
     # glued from whole tokens of a given tokenizer (--tokenizer), the one the model then trains on.
     "vocab-texts": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4},
-    # training/README "Copied values": vocab-texts, plus whole characters of other scripts as 20%
-    # of the pieces, 35% of names, places and words in tool arguments glued from the same pieces,
-    # and 25% of domain requests inside an opener or closer (tooldomains.wrap).
+    # The shipped weights' corpus (training/README "Copied values"): vocab-texts, plus whole
+    # characters of other scripts as 20% of the pieces, 35% of names, places and words in tool
+    # arguments glued from the same pieces, and 25% of domain requests inside an opener or closer
+    # (tooldomains.wrap).
     "copy-values": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                     "vocab_values": 0.35, "wrappers": 0.25},
 }
@@ -588,12 +589,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=40000, help="training conversations")
     ap.add_argument("--valid", type=int, default=600, help="validation conversations (own seed)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--recipe", choices=sorted(RECIPES), default="run2",
-                    help="run2: the shipped weights' corpus; free-heads, soup-colons, vocab-texts, copy-values: the experiments "
-                         "of 2026-12-02 "
-                         "(training/README)")
-    ap.add_argument("--tokenizer", help="the tokenizer.json a vocab-texts or copy-values recipe draws tokens from (and the "
-                                        "model then trains on, instead of running tokenizer.py)")
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="copy-values",
+                    help="copy-values: the shipped weights' corpus; run2: the first shipped model's (and the "
+                         "tokenizer's); free-heads, soup-colons, vocab-texts: the runs between (training/README)")
+    ap.add_argument("--tokenizer", default=str(MODEL_DIR / "tokenizer.json"),
+                    help="the tokenizer.json a vocab-texts or copy-values recipe draws tokens from, the one the model "
+                         "then trains on (default: the shipped one)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -224,7 +224,7 @@ class Lexicon:
     def vocab_text(self, pieces: list[str], lo: int = 1, hi: int = 80, script_chars: float = 0.0) -> str:
         """Text glued from whole tokens of the model's vocabulary (`pieces`, their decoded
         strings), drawn uniformly. A token the corpus otherwise never asks to be written out
-        ("user", "val", "con", "ode" in the shipped corpus: 0-3 times each in 20,000
+        ("user", "val", "con", "ode" in the first shipped corpus: 0-3 times each in 20,000
         conversations) is copied wrongly (a held-out "user" came back as "me"); here each is
         written out."""
         return self.glued(lambda _: self.vocab_piece(pieces, script_chars), lo, hi)

@@ -177,12 +177,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-compile", action="store_true")
-    # The shape; the defaults are the shipped model's (1.0M parameters, 4.0 MB as float32).
-    ap.add_argument("--dim", type=int, default=128, help="hidden size")
+    # The shape; the defaults are the shipped model's (1.97M parameters, 7.9 MB as float32). The
+    # first shipped model and the d=128 runs of training/README: --dim 128 --heads 4 --ffn 352.
+    ap.add_argument("--dim", type=int, default=192, help="hidden size")
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=6)
     ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--ffn", type=int, default=352, help="intermediate size of the MLP")
+    ap.add_argument("--ffn", type=int, default=512, help="intermediate size of the MLP")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
