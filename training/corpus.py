@@ -257,9 +257,10 @@ class Gen:
     def __init__(self, rng: random.Random, recipe: str = "run2", tokenizer: str | None = None):
         self.r = rng
         self.recipe = FEATURES_OFF | RECIPES[recipe]
-        if self.recipe["vocab_texts"] and not tokenizer:
+        from_vocab = self.recipe["vocab_texts"] or self.recipe["vocab_values"]
+        if from_vocab and not tokenizer:
             raise SystemExit(f"recipe {recipe} draws texts from a vocabulary: give --tokenizer")
-        self.pieces = vocab_pieces(tokenizer) if tokenizer and self.recipe["vocab_texts"] else []
+        self.pieces = vocab_pieces(tokenizer) if tokenizer and from_vocab else []
         self.banned = tool_words(colons=True) if self.recipe["colons"] else TOOL_WORDS
         self.lex = Lexicon(rng, avoid=heldout_words(), repeated_words=self.recipe["repeated_words"])
         # stripped, and without what JSON escapes: pieces of argument values
@@ -271,9 +272,9 @@ class Gen:
 
     def vocab_value(self, kind: str) -> str:
         """An argument value of `kind` (tooldomains.VOCAB_KINDS) glued from vocabulary pieces."""
-        word = lambda: self.lex.vocab_word(self.value_pieces, self.recipe["script_chars"],  # noqa: E731
-                                           tooldomains.VOCAB_KINDS[kind])
-        return " ".join(word() for _ in range(self.r.randint(1, 4))) if kind == "words" else word()
+        n = self.r.randint(1, 4) if kind == "words" else 1
+        return " ".join(self.lex.vocab_word(self.value_pieces, self.recipe["script_chars"], tooldomains.VOCAB_KINDS[kind])
+                        for _ in range(n))
 
     # ---------------------------------------------------------------- text pieces
     def repeat_text(self) -> str:
