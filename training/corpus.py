@@ -231,9 +231,17 @@ RECIPES = {
     # (tooldomains.wrap).
     "copy-values": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                     "vocab_values": 0.35, "wrappers": 0.25},
+    # training/README "Named tools": copy-values, plus 30% of domain targets renamed after a
+    # keyword of their domain that the request's phrasing uses (tooldomains.ToolTasks.renamed),
+    # and 10% of repeat texts ending (or, a third of those, also starting) in a quote or bracket,
+    # which the `verb: "text"` instructions otherwise teach to be a delimiter, never text.
+    "named-overlap": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
+                      "vocab_values": 0.35, "wrappers": 0.25, "named": 0.3, "edge_quotes": 0.1},
 }
 FEATURES_OFF = {"soup": 0.0, "colons": 0.0, "repeat_with_tools": 0.0, "vocab_texts": 0.0,  # the older recipes'
-                "script_chars": 0.0, "vocab_values": 0.0, "wrappers": 0.0}
+                "script_chars": 0.0, "vocab_values": 0.0, "wrappers": 0.0, "named": 0.0, "edge_quotes": 0.0}
+#: The closing marks the "named-overlap" recipe puts at the edges of repeat texts.
+EDGE_QUOTES = ['"', "'", "”", "’", "»", ")", "]", "」"]
 
 
 def vocab_pieces(tokenizer: str) -> list[str]:
@@ -265,7 +273,8 @@ class Gen:
         self.lex = Lexicon(rng, avoid=heldout_words(), repeated_words=self.recipe["repeated_words"])
         # stripped, and without what JSON escapes: pieces of argument values
         self.value_pieces = [p for p in (q.strip() for q in self.pieces) if p and '"' not in p and "\\" not in p]
-        self.tools = ToolTasks(self.lex, self.vocab_value, self.recipe["vocab_values"], self.recipe["wrappers"])
+        self.tools = ToolTasks(self.lex, self.vocab_value, self.recipe["vocab_values"], self.recipe["wrappers"],
+                               self.recipe["named"])
         import heldout
 
         FORBIDDEN_HEADS.update(p.split("{t}")[0].strip().lower() for p in heldout.REPEAT_PHRASES)
@@ -325,6 +334,11 @@ class Gen:
                 t = self.lex.vocab_text(self.pieces, 1, 80, self.recipe["script_chars"])
             else:
                 t = self.lex.text(1, 80)
+        edge = self.recipe["edge_quotes"]
+        if edge and r.random() < edge:  # (no draw when off: the older recipes keep their bytes)
+            mark = r.choice(EDGE_QUOTES)
+            opening = {"”": "“", "’": "‘", "»": "«", ")": "(", "]": "[", "」": "「"}.get(mark, mark)
+            t = (opening if r.random() < 1 / 3 else "") + t[:78] + mark
         if r.random() < 0.2:
             q = r.choice(["Repeat exactly: {t}"] * 8 + ["Say exactly: {t}", "Echo back exactly: {t}"]).format(t=t)
         else:

@@ -215,12 +215,13 @@ def wrap(r: Any, template: str, request: str) -> str:
 
 class ToolTasks:
     def __init__(self, lex: Lexicon, vocab_value: Callable[[str], str] | None = None, vocab_values: float = 0.0,
-                 wrappers: float = 0.0):
+                 wrappers: float = 0.0, named: float = 0.0):
         self.lex = lex
         self.r = lex.r
         self.vocab_value = vocab_value  # kind -> a value drawn from the model's vocabulary
         self.vocab_values = vocab_values  # share of VOCAB_KINDS values drawn so
         self.wrappers = wrappers  # share of requests wrapped in an opener or closer
+        self.named = named  # share of targets renamed after a keyword their request uses
 
     def tool(self, domain: int | None = None) -> tuple[int, dict, dict[str, str]]:
         """(domain index, an OpenAI tool, {parameter name: role})."""
@@ -264,13 +265,32 @@ class ToolTasks:
             if n not in HELDOUT_NAMES and n[:1].isalpha():
                 return n
 
+    def renamed(self, target: dict, d: int, template: str, used: set[str]) -> dict:
+        """The target named after one of its domain's keywords that its phrasing uses (the
+        "named-overlap" recipe), so that a word shared by the request and one offered name is a
+        reason to pick that tool; unchanged when the phrasing uses none. Slots are left out: a
+        keyword inside a copied value says nothing about the tool."""
+        words = set(re.findall(r"[a-z]+", re.sub(r"\{\w+\}", " ", template).lower()))
+        hits = [k for k in DOMAINS[d][0] if k in words]
+        if not hits:
+            return target
+        fn = target["function"]
+        for _ in range(8):
+            name = self.name([self.r.choice(hits)])
+            if name not in used:
+                renamed = {"name": name} | ({"description": name.replace("_", " ").capitalize() + "."}
+                                            if "description" in fn else {})
+                return {"type": "function", "function": renamed | {"parameters": fn["parameters"]}}
+        return target
+
     def task(self, colons: float = 0.0) -> tuple[list[dict], dict, str, dict[str, Any]]:
         """(offered tools, the tool to call, the user's request, the arguments it implies); with
         `colons`, that share of requests is one of the domain's COLON_PHRASINGS."""
         r = self.r
         d, target, params = self.tool()
+        old = target["function"]["name"]
         others: list[dict] = []
-        used = {target["function"]["name"]}
+        used = {old}
         for _ in range(r.choice([0, 1, 1, 2, 2, 3])):
             od = r.choice([i for i in range(len(DOMAINS)) if i != d])
             _, t, _ = self.tool(od)
@@ -287,5 +307,8 @@ class ToolTasks:
         request = template.format(**by_role)
         if self.wrappers and r.random() < self.wrappers:
             request = wrap(r, template, request)
+        if self.named and r.random() < self.named:
+            target = self.renamed(target, d, template, used)
+            offered = [target if t["function"]["name"] == old else t for t in offered]
         args = {p: by_role[role] for p, role in params.items()}
         return offered, target, request, args

@@ -1,4 +1,4 @@
-"""Write a small float32 Llama folder as an F32 GGUF: python hf_to_gguf.py MODEL_DIR OUT.gguf
+"""Write a small Llama folder (F32 or BF16 tensors) as an F32 GGUF: python hf_to_gguf.py MODEL_DIR OUT.gguf
 
 For the embedded model in llama.cpp (the differential run's tool prompts, bench/peers/
 differential.py). llama.cpp's own converter refuses tokenizers it does not know by the hash of
@@ -19,7 +19,28 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-from safetensors.numpy import load_file
+
+
+def load_widened(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file as float32. BF16 is the top half of a float32, so
+    widening it is exact; safetensors.numpy cannot read it (NumPy has no bfloat16)."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        buf = raw[8 + n + a:8 + n + b]
+        if t["dtype"] == "F32":
+            arr = np.frombuffer(buf, np.float32)
+        elif t["dtype"] == "BF16":
+            arr = (np.frombuffer(buf, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise SystemExit(f"{path}: {name} is {t['dtype']}; only F32 and BF16 are converted")
+        out[name] = arr.reshape(t["shape"])
+    return out
 
 
 def _halves_to_pairs(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -32,7 +53,7 @@ def main(src: Path, out: Path) -> None:
     cfg = json.loads((src / "config.json").read_text())
     tok = json.loads((src / "tokenizer.json").read_text())
     template = (src / "chat_template.jinja").read_text()
-    weights = load_file(str(src / "model.safetensors"))
+    weights = load_widened(src / "model.safetensors")
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_head
 
