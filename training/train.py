@@ -178,7 +178,8 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--ctx", type=int, default=2048, help="context written to config.json")
     ap.add_argument("--lr", type=float, default=3e-3,
-                    help="peak learning rate; 3e-3 collapsed attention at d=320 (training/README), 1.5e-3 did not")
+                    help="peak learning rate; at d=320, 3e-3 collapsed attention and 1.5e-3 with --warmup 300 did "
+                         "not (training/README)")
     ap.add_argument("--warmup", type=int, default=50, help="steps of linear warm-up")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
