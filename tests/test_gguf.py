@@ -370,3 +370,20 @@ def test_serve_dequantize_flag_reaches_the_engine_and_the_startup_line(tmp_path)
     assert model.gguf.tensor_types["Q4_1"] == 2 * 7 + 1 and "F32" in model.gguf.tensor_types
     assert "Q4_1 kept as stored" in model.weights_note()
     assert "expanded to F32 (--dequantize)" in model.weights_note(dequantize=True)
+
+
+def test_peer_converter_widens_bf16_exactly(tmp_path):
+    """bench/peers/hf_to_gguf.py hands llama.cpp float32 copies of a folder's tensors; BF16 ones
+    (a model trained under bf16 autocast and stored so) must widen bit for bit, F32 ones pass."""
+    pytest.importorskip("ml_dtypes")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hf_to_gguf", Path(__file__).resolve().parents[1] / "bench" / "peers" / "hf_to_gguf.py")
+    conv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conv)
+    for dtype in ("float32", "bfloat16"):
+        d = write_random_model(tmp_path / dtype, seed=6, dtype=dtype)
+        want = {k: v.astype(np.float32) for k, v in load_file(str(d / "model.safetensors")).items()}
+        got = conv.load_widened(d / "model.safetensors")
+        assert set(got) == set(want)
+        assert all(got[k].dtype == np.float32 and np.array_equal(got[k], want[k]) for k in want)
