@@ -231,10 +231,10 @@ RECIPES = {
     # (tooldomains.wrap).
     "copy-values": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                     "vocab_values": 0.35, "wrappers": 0.25},
-    # training/README "Named tools": copy-values, plus 30% of domain targets renamed after a
-    # keyword of their domain that the request's phrasing uses (tooldomains.ToolTasks.renamed),
-    # and 10% of repeat texts ending (or, a third of those, also starting) in a quote or bracket,
-    # which the `verb: "text"` instructions otherwise teach to be a delimiter, never text.
+    # training/README "Wider, in bf16" (not shipped; it lost tool choice): copy-values, plus 30% of
+    # domain targets renamed after a keyword of their domain that the request's phrasing uses
+    # (tooldomains.ToolTasks.renamed), and 10% of repeat texts ending (a third of those also
+    # starting) in a quote or bracket, which `verb: "text"` instructions teach to be a delimiter.
     "named-overlap": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                       "vocab_values": 0.35, "wrappers": 0.25, "named": 0.3, "edge_quotes": 0.1},
 }
