@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
-from train import Config, Llama, rotate_half
+from train import Config, Llama, hf_names, rotate_half
 
 
 def load(path: Path) -> Llama:
@@ -27,15 +27,7 @@ def load(path: Path) -> Llama:
                          n_heads=cfg["num_attention_heads"], n_kv_heads=cfg["num_key_value_heads"],
                          ffn=cfg["intermediate_size"]))
     sd = {k: v.float() for k, v in load_file(str(path / "model.safetensors")).items()}
-    names = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}
-    for i in range(len(model.layers)):
-        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            names[f"layers.{i}.{n}.weight"] = f"model.layers.{i}.self_attn.{n}.weight"
-        for n in ("gate_proj", "up_proj", "down_proj"):
-            names[f"layers.{i}.{n}.weight"] = f"model.layers.{i}.mlp.{n}.weight"
-        for n in ("input_layernorm", "post_attention_layernorm"):
-            names[f"layers.{i}.{n}.weight"] = f"model.layers.{i}.{n}.weight"
-    model.load_state_dict({ours: sd[theirs] for ours, theirs in names.items()})
+    model.load_state_dict({ours: sd[theirs] for ours, theirs in hf_names(len(model.layers)).items()})
     return model
 
 

@@ -140,20 +140,26 @@ def pack(examples, seq: int, pad: int, rng: random.Random):
     return torch.tensor(xs), torch.tensor(ms, dtype=torch.float32)
 
 
+def hf_names(n_layers: int) -> dict[str, str]:
+    """Our parameter names -> Hugging Face LlamaForCausalLM's (the output embedding is tied)."""
+    names = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}
+    for i in range(n_layers):
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            names[f"layers.{i}.{n}.weight"] = f"model.layers.{i}.self_attn.{n}.weight"
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            names[f"layers.{i}.{n}.weight"] = f"model.layers.{i}.mlp.{n}.weight"
+        for n in ("input_layernorm", "post_attention_layernorm"):
+            names[f"layers.{i}.{n}.weight"] = f"model.layers.{i}.{n}.weight"
+    return names
+
+
 def export(model: Llama, tok: Tokenizer, out: Path, ctx: int, store: str = "float32") -> None:
     """The weights in Hugging Face's Llama layout. With store="bfloat16" the matrices (embedding
     included) are written as BF16, the norms stay float32: a model trained under bf16 autocast
     already multiplied by BF16-rounded matrices, so storing them so loses nothing it used."""
     c = model.cfg
-    sd = {"model.embed_tokens.weight": model.embed.weight, "model.norm.weight": model.norm.weight}
-    for i, L in enumerate(model.layers):
-        pre = f"model.layers.{i}."
-        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            sd[pre + f"self_attn.{n}.weight"] = getattr(L, n).weight
-        for n in ("gate_proj", "up_proj", "down_proj"):
-            sd[pre + f"mlp.{n}.weight"] = getattr(L, n).weight
-        sd[pre + "input_layernorm.weight"] = L.input_layernorm.weight
-        sd[pre + "post_attention_layernorm.weight"] = L.post_attention_layernorm.weight
+    ours = model.state_dict()
+    sd = {theirs: ours[mine] for mine, theirs in hf_names(c.n_layers).items()}
     dt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[store]
     sd = {k: v.detach().to(dt if v.dim() == 2 else torch.float32).contiguous().clone() for k, v in sd.items()}
     out.mkdir(parents=True, exist_ok=True)
