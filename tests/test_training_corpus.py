@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -18,11 +19,13 @@ import heldout  # noqa: E402
 
 # md5 of the first 200 conversations of `corpus.py --recipe R --seed 1` (the vocab recipes: with
 # the shipped tokenizer), as drawn when the models of training/README were trained (run2: the
-# first shipped weights; copy-values: the second; named-overlap: the d=320 run; the others:
+# first shipped weights; copy-values: the second; named-overlap: the d=320 run; composed: the
+# "Composed requests" run; the others:
 # the 10,000-step runs). A change to the generator that moves these breaks that reproducibility.
 RECORDED = {"run2": "7f2f20f2c63383f87f2bc9c3472ecfb5", "free-heads": "30f67d0cb4a80c19a18cbf7dcabe323a",
             "soup-colons": "cc69df18e012d129f69f58ec006444d6", "vocab-texts": "d2f98cf1927ac9f8328179d98b55184a",
-            "copy-values": "66c496a7a7879384bae31fa45ded8bcf", "named-overlap": "ab8a6147b495a86b5e6bd7a7b9427104"}
+            "copy-values": "66c496a7a7879384bae31fa45ded8bcf", "named-overlap": "ab8a6147b495a86b5e6bd7a7b9427104",
+            "composed": "72fbc7a8e60d9a1f669ef60eb7430331"}
 SHIPPED_TOKENIZER = str(corpus.MODEL_DIR / "tokenizer.json")
 
 
@@ -65,3 +68,36 @@ def test_colon_phrasings_cover_every_domain_and_stay_out_of_free_heads() -> None
     g = corpus.Gen(r, "soup-colons")
     heads = [corpus.free_head(r, g.lex, banned) for _ in range(2000)]
     assert not [h for h in heads if banned & {w.lower().strip(",") for w in h.split()}]
+
+
+def test_composed_requests_fill_with_their_domains_roles_and_vary() -> None:
+    """Every COMPOSED pattern of a domain formats with that domain's roles (a slot of another
+    domain would be a KeyError mid-corpus), and a domain's requests come in many shapes."""
+    import tooldomains
+
+    assert set(tooldomains.COMPOSED) == {d[0][0] for d in tooldomains.DOMAINS}
+    r = random.Random(2)
+    for keywords, roles, _ in tooldomains.DOMAINS:
+        shapes = {tooldomains.composed(r, keywords[0], []) for _ in range(300)}
+        for t in shapes:
+            t.format(**{role: "X" for role in roles})
+            assert set(re.findall(r"\{(\w+)\}", t)) == set(roles), (keywords[0], t)
+            assert not re.search(r"[()\[\]|]", t), t  # no pattern syntax left over
+        assert len(shapes) >= 20, (keywords[0], len(shapes))
+
+
+def test_composed_requests_never_hold_a_forbidden_run() -> None:
+    """The generator redraws a request that holds a forbidden phrasing's
+    words in a row, whatever the case, punctuation or words around it; unguarded it would
+    produce them (so the guard is what keeps the held-out phrasings out)."""
+    import tooldomains
+
+    held = [tooldomains.loose(p) for _, ps in heldout.TOOLS.values() for p in ps]
+    assert tooldomains.loose("Please, send an SMS to {recipient} saying {body}!") == \
+        ["please", "send", "an", "sms", "to", "{}", "saying", "{}"]
+    r = random.Random(1)
+    keys = list(tooldomains.COMPOSED)
+    unguarded = [tooldomains.composed(r, keys[i % len(keys)], []) for i in range(5000)]
+    assert [t for t in unguarded if any(tooldomains.contains(tooldomains.loose(t), w) for w in held)]
+    guarded = [tooldomains.composed(r, keys[i % len(keys)], held) for i in range(5000)]
+    assert not [t for t in guarded if any(tooldomains.contains(tooldomains.loose(t), w) for w in held)]

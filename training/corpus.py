@@ -237,9 +237,15 @@ RECIPES = {
     # starting) in a quote or bracket, which `verb: "text"` instructions teach to be a delimiter.
     "named-overlap": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                       "vocab_values": 0.35, "wrappers": 0.25, "named": 0.3, "edge_quotes": 0.1},
+    # training/README "Composed requests": copy-values, plus half of the domain requests composed
+    # from a domain's own words in many sentence shapes (tooldomains.COMPOSED) instead of drawn
+    # from its few listed phrasings.
+    "composed": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
+                 "vocab_values": 0.35, "wrappers": 0.25, "composed": 0.5},
 }
 FEATURES_OFF = {"soup": 0.0, "colons": 0.0, "repeat_with_tools": 0.0, "vocab_texts": 0.0,  # the older recipes'
-                "script_chars": 0.0, "vocab_values": 0.0, "wrappers": 0.0, "named": 0.0, "edge_quotes": 0.0}
+                "script_chars": 0.0, "vocab_values": 0.0, "wrappers": 0.0, "named": 0.0, "edge_quotes": 0.0,
+                "composed": 0.0}
 #: The closing marks the "named-overlap" recipe puts at the edges of repeat texts.
 EDGE_QUOTES = ['"', "'", "”", "’", "»", ")", "]", "」"]
 
@@ -273,11 +279,14 @@ class Gen:
         self.lex = Lexicon(rng, avoid=heldout_words(), repeated_words=self.recipe["repeated_words"])
         # stripped, and without what JSON escapes: pieces of argument values
         self.value_pieces = [p for p in (q.strip() for q in self.pieces) if p and '"' not in p and "\\" not in p]
-        self.tools = ToolTasks(self.lex, self.vocab_value, self.recipe["vocab_values"], self.recipe["wrappers"],
-                               self.recipe["named"])
         import heldout
 
         FORBIDDEN_HEADS.update(p.split("{t}")[0].strip().lower() for p in heldout.REPEAT_PHRASES)
+        # a composed request never holds a held-out tool phrasing's words (heldout.check_phrasings
+        # samples the generator to confirm it)
+        held_out_tools = [tooldomains.loose(p) for _, ps in heldout.TOOLS.values() for p in ps]
+        self.tools = ToolTasks(self.lex, self.vocab_value, self.recipe["vocab_values"], self.recipe["wrappers"],
+                               self.recipe["named"], self.recipe["composed"], held_out_tools)
 
     def vocab_value(self, kind: str) -> str:
         """An argument value of `kind` (tooldomains.VOCAB_KINDS) glued from vocabulary pieces."""

@@ -110,6 +110,16 @@ def check_phrasings(samples: int = 20000) -> None:
         made = {shape(g.task_repeat()[0].split(":")[0] + ":") for _ in range(samples)}
         clash += sorted(heads & made)
     clash += [p for p in REPEAT_PHRASES if not corpus.forbidden(p.replace("{t}", "\0"))]
+    # Composed tool requests (the composed recipe) are not written whole anywhere: sample them as
+    # that recipe's generator draws them and refuse any that holds a held-out phrasing's words
+    # as a run, whatever its case, punctuation or the words around it.
+    import tooldomains
+
+    g = corpus.Gen(random.Random(1), "composed", str(corpus.MODEL_DIR / "tokenizer.json"))
+    held = {p: tooldomains.loose(p) for _, ps in TOOLS.values() for p in ps}
+    for i in range(samples):
+        t = tooldomains.composed(g.r, list(tooldomains.COMPOSED)[i % len(tooldomains.COMPOSED)], g.tools.forbidden)
+        clash += [f"{p} in {t}" for p, words in held.items() if tooldomains.contains(tooldomains.loose(t), words)]
     if clash:
         raise SystemExit(f"held-out phrasings the training generator also produces: {clash}")
 
