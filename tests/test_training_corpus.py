@@ -101,3 +101,22 @@ def test_composed_requests_never_hold_a_forbidden_run() -> None:
     assert [t for t in unguarded if any(tooldomains.contains(tooldomains.loose(t), w) for w in held)]
     guarded = [tooldomains.composed(r, keys[i % len(keys)], held) for i in range(5000)]
     assert not [t for t in guarded if any(tooldomains.contains(tooldomains.loose(t), w) for w in held)]
+
+
+def test_heldout_names_what_a_tool_answer_got_wrong() -> None:
+    """heldout.miss_kind sorts each tool answer into one outcome, the first that applies."""
+    item = heldout.HeldOut(seed=3).tool()
+    right = {"name": item["name"], "arguments": json.dumps(item["args"])}
+    other = next(t["function"]["name"] for t in item["tools"] if t["function"]["name"] != item["name"])  # seed 3: two
+
+    def kind(**fn: str) -> str:
+        return heldout.miss_kind(item, [{"function": right | fn}])
+
+    assert heldout.miss_kind(item, []) == "no call"
+    assert kind() == "exact"
+    assert kind(name="not_offered_at_all") == "tool not offered"
+    assert kind(name=other) == "wrong offered tool"
+    assert kind(arguments="{not json") == "arguments not JSON"
+    assert kind(arguments=json.dumps(item["args"] | {"minutes": "tomorrow"})) == "other keys"
+    first = next(iter(item["args"]))
+    assert kind(arguments=json.dumps(item["args"] | {first: "zz"})) == f"value of {first}"

@@ -202,6 +202,27 @@ def same_value(got: Any, want: str) -> bool:
     return str(got).strip() == want or (isinstance(got, (int, float)) and str(got) == want)
 
 
+def miss_kind(item: dict[str, Any], calls: list[dict[str, Any]]) -> str:
+    """What a tool item's answer was, the first that applies: "no call", "tool not offered",
+    "wrong offered tool", "arguments not JSON", "other keys", "value of K" (the first wrong
+    one) or "exact"."""
+    if not calls:
+        return "no call"
+    fn = calls[0]["function"]
+    if fn["name"] not in {t["function"]["name"] for t in item["tools"]}:
+        return "tool not offered"
+    if fn["name"] != item["name"]:
+        return "wrong offered tool"
+    try:
+        got = json.loads(fn["arguments"])
+    except (ValueError, TypeError):
+        return "arguments not JSON"
+    if not isinstance(got, dict) or set(got) != set(item["args"]):
+        return "other keys"
+    wrong = [k for k, v in item["args"].items() if not same_value(got[k], v)]
+    return f"value of {wrong[0]}" if wrong else "exact"
+
+
 def rates(counts: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
     return {k: {"ok": a, "of": b, "rate": round(a / b, 4)} for k, (a, b) in counts.items()}
 
@@ -218,6 +239,7 @@ def evaluate(base: str, n: int) -> dict[str, Any]:
     # Per phrasing, so a miss rate can be told apart into "instruction not understood" (one
     # phrasing fails wholesale) and "copying fails" (every phrasing fails a little).
     by_phrasing: dict[str, list[int]] = {}
+    why: dict[str, int] = {}  # tool items by outcome: what a tool-argument miss was
 
     def tally(item: dict[str, Any], ok: bool) -> None:
         c = by_phrasing.setdefault(item["phrasing"], [0, 0])
@@ -261,10 +283,13 @@ def evaluate(base: str, n: int) -> dict[str, Any]:
             except (ValueError, TypeError):
                 args_ok = False
         count("tool arguments equal the prompt's spans", args_ok, [item["prompt"], item["args"], calls[:1]])
+        kind = miss_kind(item, calls)
+        why[kind] = why.get(kind, 0) + 1
         tally(item, args_ok)
         count("turn ended", c["finish_reason"] != "length", item["prompt"])
     return {"seed": SEED, "n": n, "dropped_from_pools": gen.dropped,
             "rates": rates(counts), "by_phrasing": rates(by_phrasing),
+            "tool_outcomes": dict(sorted(why.items(), key=lambda kv: -kv[1])),
             "misses": misses}
 
 
@@ -275,7 +300,7 @@ def main() -> int:
     ap.add_argument("--model", help="serve this model directory instead of the embedded model (no --base-url)")
     ap.add_argument("--family", help="serve with this family (default: glm, the embedded model's, with --model)")
     ap.add_argument("--json", type=Path, help="write the rates, the rates per phrasing (repeat: exact; tools: "
-                    "arguments exact) and up to 20 misses per behaviour here")
+                    "arguments exact), the tool items by outcome and up to 20 misses per behaviour here")
     args = ap.parse_args()
     if args.base_url:
         doc = evaluate(args.base_url.rstrip("/").removesuffix("/v1"), args.n)
@@ -289,6 +314,7 @@ def main() -> int:
     print("| behaviour | rate | count |\n|---|---|---|")
     for k, v in doc["rates"].items():
         print(f"| {k} | {100 * v['rate']:.1f}% | {v['ok']}/{v['of']} |")
+    print("\ntool items by outcome: " + ", ".join(f"{k} {v}" for k, v in doc["tool_outcomes"].items()))
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1, ensure_ascii=False))
     return 0
