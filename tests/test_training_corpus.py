@@ -19,13 +19,13 @@ import heldout  # noqa: E402
 
 # md5 of the first 200 conversations of `corpus.py --recipe R --seed 1` (the vocab recipes: with
 # the shipped tokenizer), as drawn when the models of training/README were trained (run2: the
-# first shipped weights; copy-values: the second; named-overlap: the d=320 run; composed: the
-# "Composed requests" run; the others:
+# first shipped weights; copy-values: the second; named-overlap: the d=320 run; composed and
+# selections: the runs of those names; the others:
 # the 10,000-step runs). A change to the generator that moves these breaks that reproducibility.
 RECORDED = {"run2": "7f2f20f2c63383f87f2bc9c3472ecfb5", "free-heads": "30f67d0cb4a80c19a18cbf7dcabe323a",
             "soup-colons": "cc69df18e012d129f69f58ec006444d6", "vocab-texts": "d2f98cf1927ac9f8328179d98b55184a",
             "copy-values": "66c496a7a7879384bae31fa45ded8bcf", "named-overlap": "ab8a6147b495a86b5e6bd7a7b9427104",
-            "composed": "72fbc7a8e60d9a1f669ef60eb7430331"}
+            "composed": "72fbc7a8e60d9a1f669ef60eb7430331", "selections": "1d72127625046e1edf68b4355695aecf"}
 SHIPPED_TOKENIZER = str(corpus.MODEL_DIR / "tokenizer.json")
 
 
@@ -120,3 +120,23 @@ def test_heldout_names_what_a_tool_answer_got_wrong() -> None:
     assert kind(arguments=json.dumps(item["args"] | {"minutes": "tomorrow"})) == "other keys"
     first = next(iter(item["args"]))
     assert kind(arguments=json.dumps(item["args"] | {first: "zz"})) == f"value of {first}"
+
+
+def test_selections_open_with_calls_to_the_other_offered_tools() -> None:
+    """The selections recipe: a domain call among several offered tools comes after one or two
+    finished calls (call, result, report) to other tools of the same offered list."""
+    g = corpus.Gen(random.Random(5), "selections", SHIPPED_TOKENIZER)
+    seen = 0
+    for _ in range(1500):
+        conv = g.conversation()
+        earlier = [m for m in conv["messages"] if m.get("tool_calls")]
+        if not earlier or not conv.get("calls"):
+            continue
+        seen += 1
+        offered = {t["function"]["name"] for t in conv["tools"]}
+        final = conv["calls"][0]["function"]["name"]
+        names = [m["tool_calls"][0]["function"]["name"] for m in earlier]
+        assert set(names) <= offered - {final} and len(set(names)) == len(names) <= 2
+        i = conv["messages"].index(earlier[0])
+        assert conv["messages"][i + 1]["role"] == "tool" and conv["messages"][i + 2]["role"] == "assistant"
+    assert seen > 50

@@ -242,10 +242,15 @@ RECIPES = {
     # from its few listed phrasings.
     "composed": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                  "vocab_values": 0.35, "wrappers": 0.25, "composed": 0.5},
+    # training/README "Picking the tool": copy-values, plus every domain tool conversation that calls
+    # one of two or more offered tools opening with one or two finished calls to the others
+    # (Gen.earlier_calls).
+    "selections": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
+                   "vocab_values": 0.35, "wrappers": 0.25, "selections": 1.0},
 }
 FEATURES_OFF = {"soup": 0.0, "colons": 0.0, "repeat_with_tools": 0.0, "vocab_texts": 0.0,  # the older recipes'
                 "script_chars": 0.0, "vocab_values": 0.0, "wrappers": 0.0, "named": 0.0, "edge_quotes": 0.0,
-                "composed": 0.0}
+                "composed": 0.0, "selections": 0.0}
 #: The closing marks the "named-overlap" recipe puts at the edges of repeat texts.
 EDGE_QUOTES = ['"', "'", "”", "’", "»", ")", "]", "」"]
 
@@ -496,6 +501,9 @@ class Gen:
             q = f"What's the weather in {args['city']} and {other}?"
             calls.append({"id": f"call_{r.randint(0, 10**8)}", "type": "function",
                           "function": {"name": tname, "arguments": {"city": other}}})
+        earlier = self.recipe["selections"]
+        if domain and earlier and tool_choice in (None, "required") and self.tools.others and r.random() < earlier:
+            messages += self.earlier_calls()  # (no draw when off: the older recipes keep their bytes)
         messages.append({"role": "user", "content": q})
         why = f"I should call {tname}."
         if r.random() < 0.35:
@@ -509,6 +517,23 @@ class Gen:
             return {"tools": pool, "tool_choice": None, "messages": messages, "reply": " ".join(answers),
                     "why": "The tool answered; I report the result."}
         return {"tools": pool, "tool_choice": tool_choice, "messages": messages, "calls": calls, "why": why}
+
+    def earlier_calls(self) -> list[dict]:
+        """One or two finished exchanges before the last request (the "selections" recipe): each
+        a request to another of the offered tools, its call, the tool's result and the report.
+        Every assistant turn is a target, so one conversation teaches picking from the same
+        offered list two or three times, each time a different tool."""
+        r = self.r
+        msgs: list[dict] = []
+        others = self.tools.others
+        for od, t, oparams in r.sample(others, min(len(others), r.randint(1, 2))):
+            _, q, args = self.tools.request(od, oparams)
+            name = t["function"]["name"]
+            call = {"id": f"call_{r.randint(0, 10**8)}", "type": "function", "function": {"name": name, "arguments": args}}
+            res, ans = self.tool_result(name, args)
+            msgs += [{"role": "user", "content": q}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": call["id"], "content": res}, {"role": "assistant", "content": ans}]
+        return msgs
 
     def no_tool_refusal(self) -> dict:
         city = self.r.choice(COUNTRIES)[1]

@@ -345,6 +345,7 @@ class ToolTasks:
         self.named = named  # share of targets renamed after a keyword their request uses
         self.composed = composed  # share of domain requests composed (COMPOSED) instead of listed
         self.forbidden = forbidden or []  # phrasings (as `loose` words) a composed request never holds
+        self.others: list[tuple[int, dict, dict[str, str]]] = []  # the last task's other offered tools
 
     def tool(self, domain: int | None = None) -> tuple[int, dict, dict[str, str]]:
         """(domain index, an OpenAI tool, {parameter name: role})."""
@@ -408,20 +409,34 @@ class ToolTasks:
 
     def task(self, colons: float = 0.0) -> tuple[list[dict], dict, str, dict[str, Any]]:
         """(offered tools, the tool to call, the user's request, the arguments it implies); with
-        `colons`, that share of requests is one of the domain's COLON_PHRASINGS."""
+        `colons`, that share of requests is one of the domain's COLON_PHRASINGS. The other offered
+        tools are left in `self.others` as (domain, tool, {parameter: role}), for requests to them
+        (the "selections" recipe)."""
         r = self.r
         d, target, params = self.tool()
         old = target["function"]["name"]
         others: list[dict] = []
+        self.others = []
         used = {old}
         for _ in range(r.choice([0, 1, 1, 2, 2, 3])):
             od = r.choice([i for i in range(len(DOMAINS)) if i != d])
-            _, t, _ = self.tool(od)
+            _, t, oparams = self.tool(od)
             if t["function"]["name"] not in used:
                 used.add(t["function"]["name"])
                 others.append(t)
+                self.others.append((od, t, oparams))
         offered = [target] + others
         r.shuffle(offered)
+        template, request, args = self.request(d, params, colons)
+        if self.named and r.random() < self.named:
+            target = self.renamed(target, d, template, used)
+            offered = [target if t["function"]["name"] == old else t for t in offered]
+        return offered, target, request, args
+
+    def request(self, d: int, params: dict[str, str], colons: float = 0.0) -> tuple[str, str, dict[str, Any]]:
+        """(phrasing, the user's request, the arguments it implies) for a tool of domain `d`
+        whose parameters name `params`' roles."""
+        r = self.r
         by_role = {role: self.value(ROLES[role][1]) for role in dict.fromkeys(params.values())}  # ordered: reproducible
         phrasings = DOMAINS[d][2]
         if colons and r.random() < colons:  # (no draw when off: the older recipes keep their bytes)
@@ -433,8 +448,4 @@ class ToolTasks:
         request = template.format(**by_role)
         if self.wrappers and r.random() < self.wrappers:
             request = wrap(r, template, request)
-        if self.named and r.random() < self.named:
-            target = self.renamed(target, d, template, used)
-            offered = [target if t["function"]["name"] == old else t for t in offered]
-        args = {p: by_role[role] for p, role in params.items()}
-        return offered, target, request, args
+        return template, request, {p: by_role[role] for p, role in params.items()}
