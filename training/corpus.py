@@ -640,7 +640,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="copy-values",
                     help="copy-values: the shipped weights' corpus; run2: the first shipped model's (and the "
-                         "tokenizer's); free-heads, soup-colons, vocab-texts: the runs between (training/README)")
+                         "tokenizer's); free-heads, soup-colons, vocab-texts: the runs between; named-overlap, "
+                         "composed, selections: runs after it, not shipped (training/README)")
     ap.add_argument("--tokenizer", default=str(MODEL_DIR / "tokenizer.json"),
                     help="the tokenizer.json a vocab-texts or copy-values recipe draws tokens from, the one the model "
                          "then trains on (default: the shipped one)")
