@@ -140,3 +140,20 @@ def test_selections_open_with_calls_to_the_other_offered_tools() -> None:
         i = conv["messages"].index(earlier[0])
         assert conv["messages"][i + 1]["role"] == "tool" and conv["messages"][i + 2]["role"] == "assistant"
     assert seen > 50
+
+
+def test_picking_probe_offers_the_right_tool_with_the_verbs_its_case_says() -> None:
+    """training/picking.py: every request offers its right tool and one other, each first in half
+    of them; "same verb" tools share their verb, "different verbs" ones never do."""
+    import picking
+
+    items = picking.requests(4)
+    assert len(items) == 4 * 2 * len(picking.tooldomains.VERBS)
+    firsts = 0
+    for it in items:
+        names = [t["function"]["name"] for t in it["tools"]]
+        assert it["name"] in names and len(set(names)) == 2 and "{" not in it["prompt"]
+        verbs = {n.split("_")[0] for n in names}
+        assert (len(verbs) == 1) == (it["case"] == "same verb")
+        firsts += names[0] == it["name"]
+    assert firsts == len(items) // 2
