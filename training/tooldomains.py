@@ -415,7 +415,6 @@ class ToolTasks:
         r = self.r
         d, target, params = self.tool()
         old = target["function"]["name"]
-        others: list[dict] = []
         self.others = []
         used = {old}
         for _ in range(r.choice([0, 1, 1, 2, 2, 3])):
@@ -423,9 +422,8 @@ class ToolTasks:
             _, t, oparams = self.tool(od)
             if t["function"]["name"] not in used:
                 used.add(t["function"]["name"])
-                others.append(t)
                 self.others.append((od, t, oparams))
-        offered = [target] + others
+        offered = [target] + [t for _, t, _ in self.others]
         r.shuffle(offered)
         template, request, args = self.request(d, params, colons)
         if self.named and r.random() < self.named:
