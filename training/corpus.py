@@ -583,16 +583,17 @@ class Gen:
         return conv
 
 
-def example(conv: dict) -> dict:
+def example(conv: dict, templates: Path = MODEL_DIR) -> dict:
     """Render one conversation into segments [text, trainable] for its family's template.
 
     Every assistant turn is a target: its body plus the token that ends it (the next role
     marker for glm, <|im_end|> for chatml). Everything else is context. Each target starts
     exactly where the template's generation prompt for that turn ends, so training text and
-    inference prompts tokenize the same way.
+    inference prompts tokenize the same way. `templates` is the model directory whose chat
+    templates render it.
     """
     fam = FAMILIES[conv["family"]]
-    source = (MODEL_DIR / fam["template"]).read_text()
+    source = (templates / fam["template"]).read_text()
     final: dict = {"role": "assistant", "content": conv.get("reply", "")}
     if conv.get("calls"):
         final["tool_calls"] = conv["calls"]
@@ -645,6 +646,9 @@ def main() -> None:
     ap.add_argument("--tokenizer", default=str(MODEL_DIR / "tokenizer.json"),
                     help="the tokenizer.json a vocab-texts or copy-values recipe draws tokens from, the one the model "
                          "then trains on (default: the shipped one)")
+    ap.add_argument("--templates", default=str(MODEL_DIR),
+                    help="the directory whose chat_template.{glm,chatml}.jinja render the corpus: the model directory "
+                         "the run trains into, when its templates differ from the shipped ones")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -652,7 +656,7 @@ def main() -> None:
         g = Gen(random.Random(seed), args.recipe, args.tokenizer)
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for _ in range(n):
-                f.write(json.dumps(example(g.conversation()), ensure_ascii=False) + "\n")
+                f.write(json.dumps(example(g.conversation(), Path(args.templates)), ensure_ascii=False) + "\n")
         print(f"{name}: {n} conversations -> {out / (name + '.jsonl')}")
 
 
