@@ -31,11 +31,13 @@ RECORDED = {"run2": "bc3ddbf497b35f8dfc6ee72a1f04fbd2", "free-heads": "37647ad8e
 SHIPPED_TOKENIZER = str(corpus.MODEL_DIR / "tokenizer.json")
 
 
-def sample_md5(recipe: str, n: int = 200) -> str:
+def sample_md5(recipe: str, n: int = 200, rendered: bool = False) -> str:
+    """md5 of the first n conversations drawn, or (rendered) of the first n corpus lines."""
     g = corpus.Gen(random.Random(1), recipe, SHIPPED_TOKENIZER)
     h = hashlib.md5()
     for _ in range(n):
-        h.update((json.dumps(g.conversation(), ensure_ascii=False) + "\n").encode())
+        row = corpus.example(g.conversation()) if rendered else g.conversation()
+        h.update((json.dumps(row, ensure_ascii=False) + "\n").encode())
     return h.hexdigest()
 
 
@@ -47,11 +49,7 @@ def test_older_recipes_draw_the_same_bytes(recipe: str) -> None:
 def test_the_shipped_templates_render_the_shipped_models_corpus() -> None:
     """The first 200 lines of the shipped weights' train.jsonl (copy-values, seed 1, rendered
     with colibri/models/tiny's templates, tools' names last) as they were when it was trained."""
-    g = corpus.Gen(random.Random(1), "copy-values", SHIPPED_TOKENIZER)
-    h = hashlib.md5()
-    for _ in range(200):
-        h.update((json.dumps(corpus.example(g.conversation()), ensure_ascii=False) + "\n").encode())
-    assert h.hexdigest() == "320719eb06f1abc002f93ac15e72c97d"
+    assert sample_md5("copy-values", rendered=True) == "320719eb06f1abc002f93ac15e72c97d"
 
 
 def test_no_recipe_produces_a_heldout_phrasing() -> None:

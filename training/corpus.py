@@ -646,7 +646,7 @@ def main() -> None:
     ap.add_argument("--tokenizer", default=str(MODEL_DIR / "tokenizer.json"),
                     help="the tokenizer.json a vocab-texts or copy-values recipe draws tokens from, the one the model "
                          "then trains on (default: the shipped one)")
-    ap.add_argument("--templates", default=str(MODEL_DIR),
+    ap.add_argument("--templates", type=Path, default=MODEL_DIR,
                     help="the directory whose chat_template.{glm,chatml}.jinja render the corpus: the model directory "
                          "the run trains into, when its templates differ from the shipped ones")
     args = ap.parse_args()
@@ -656,7 +656,7 @@ def main() -> None:
         g = Gen(random.Random(seed), args.recipe, args.tokenizer)
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for _ in range(n):
-                f.write(json.dumps(example(g.conversation(), Path(args.templates)), ensure_ascii=False) + "\n")
+                f.write(json.dumps(example(g.conversation(), args.templates), ensure_ascii=False) + "\n")
         print(f"{name}: {n} conversations -> {out / (name + '.jsonl')}")
 
 
