@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 SPECIAL = ["<|pad|>", "<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
            "<|im_start|>", "<|im_end|>"]
@@ -27,19 +27,38 @@ def texts(corpus: Path):
         yield t
 
 
+def words_apart() -> pre_tokenizers.PreTokenizer:
+    """The split used while learning merges with --split-words: every space and every digit is a
+    piece of its own, so no merge joins a space to the word after it or two digits. The tokenizer
+    is saved with GPT-2's split all the same (what llama.cpp's "gpt-2" pre-tokenizer does too):
+    with no such merge learnt, both give the same tokens. Why: a word then has the same tokens
+    after a space as at the start of a reply or after a quote, so repeating a text or copying a
+    value into a tool call is copying tokens, not respelling the first one ("Ġb os qu e" in the
+    prompt against "b os qu e" in the reply), and a number is copied digit by digit."""
+    # GPT-2's split first, then the space (a leading "Ġ" once bytes are mapped) and the digits
+    # cut off its pieces: splitting spaces first would let "'t" in " 'tis" match as a contraction.
+    return pre_tokenizers.Sequence([pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+                                    pre_tokenizers.Split(Regex("\u0120"), behavior="isolated"),
+                                    pre_tokenizers.Digits(individual_digits=True)])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default="build/corpus")
     ap.add_argument("--out", default="colibri/models/tiny")
     ap.add_argument("--vocab", type=int, default=2048)
+    ap.add_argument("--split-words", action="store_true",
+                    help="learn no merge that holds a space or a digit (see words_apart)")
     a = ap.parse_args()
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    shipped_split = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = words_apart() if a.split_words else shipped_split
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=a.vocab, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts(Path(a.corpus)), trainer=trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAGS])
+    tok.pre_tokenizer = shipped_split
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
