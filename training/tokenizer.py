@@ -27,7 +27,7 @@ def texts(corpus: Path):
         yield t
 
 
-def words_apart() -> pre_tokenizers.PreTokenizer:
+def words_apart(spaces: bool = True) -> pre_tokenizers.PreTokenizer:
     """The split used while learning merges with --split-words: every space and every digit is a
     piece of its own, so no merge joins a space to the word after it or two digits. The tokenizer
     is saved with GPT-2's split all the same (what llama.cpp's "gpt-2" pre-tokenizer does too):
@@ -37,8 +37,10 @@ def words_apart() -> pre_tokenizers.PreTokenizer:
     prompt against "b os qu e" in the reply), and a number is copied digit by digit."""
     # GPT-2's split first, then the space (a leading "Ġ" once bytes are mapped) and the digits
     # cut off its pieces: splitting spaces first would let "'t" in " 'tis" match as a contraction.
-    return pre_tokenizers.Sequence([pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-                                    pre_tokenizers.Split(Regex("\u0120"), behavior="isolated"),
+    # With spaces=False (--split-digits) only the digits are cut off: " 426" learns no merge of
+    # its space with a digit, so it is "Ġ 4 2 6" both ways, and words keep their leading space.
+    cut = [pre_tokenizers.Split(Regex("\u0120"), behavior="isolated")] if spaces else []
+    return pre_tokenizers.Sequence([pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True), *cut,
                                     pre_tokenizers.Digits(individual_digits=True)])
 
 
@@ -49,10 +51,12 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=2048)
     ap.add_argument("--split-words", action="store_true",
                     help="learn no merge that holds a space or a digit (see words_apart)")
+    ap.add_argument("--split-digits", action="store_true", help="learn no merge that holds a digit")
     a = ap.parse_args()
     tok = Tokenizer(models.BPE())
     shipped_split = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.pre_tokenizer = words_apart() if a.split_words else shipped_split
+    split = a.split_words or a.split_digits
+    tok.pre_tokenizer = words_apart(spaces=a.split_words) if split else shipped_split
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=a.vocab, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
