@@ -28,8 +28,9 @@ def texts(corpus: Path):
 
 
 def words_apart(spaces: bool = True) -> pre_tokenizers.PreTokenizer:
-    """The split used while learning merges with --split-words: every space and every digit is a
-    piece of its own, so no merge joins a space to the word after it or two digits. The tokenizer
+    """The split used while learning merges with --split-words (spaces=True) or --split-digits
+    (spaces=False): every digit, and with spaces every space, is a piece of its own, so no merge
+    joins two digits or (with spaces) a space to the word after it. The tokenizer
     is saved with GPT-2's split all the same (what llama.cpp's "gpt-2" pre-tokenizer does too):
     with no such merge learnt, both give the same tokens. Why: a word then has the same tokens
     after a space as at the start of a reply or after a quote, so repeating a text or copying a
