@@ -20,7 +20,7 @@ import heldout  # noqa: E402
 # md5 of the first 200 conversations `corpus.py --recipe R --seed 1` draws (the vocab recipes: with
 # the shipped tokenizer), as drawn when the models of training/README were trained (run2: the
 # first shipped weights; copy-values: the second and the third, the name-last run; named-overlap:
-# the d=320 run; composed, selections, composed-colons: the runs of those names; the others: the 10,000-step
+# the d=320 run; composed, selections, composed-colons, mostly-composed: the runs of those names; the others: the 10,000-step
 # runs). The draws, not their rendering: a run's corpus is these conversations rendered with its
 # model directory's chat templates (`--templates`), which changed once (tools' names last).
 # A change to the generator that moves these breaks that reproducibility.
@@ -28,7 +28,7 @@ RECORDED = {"run2": "bc3ddbf497b35f8dfc6ee72a1f04fbd2", "free-heads": "37647ad8e
             "soup-colons": "9aaad2160d3daf6e78795cd9570cf9df", "vocab-texts": "4b99bc58cb3c9b5c422117f6eb5555da",
             "copy-values": "32cb2d78a21ddad53f42f65cff77a6c1", "named-overlap": "3600336876655e8b25d4a44169e6ae4a",
             "composed": "0af8688a5e97991cae726d4425b1b585", "selections": "ce751cf243d0ea8014fba7a3ab83a192",
-            "composed-colons": "f9b240ff04d7d94934fdf3216f903b7c"}
+            "composed-colons": "f9b240ff04d7d94934fdf3216f903b7c", "mostly-composed": "008d86fa816a2c6c6b267097c13a66ab"}
 SHIPPED_TOKENIZER = str(corpus.MODEL_DIR / "tokenizer.json")
 
 
