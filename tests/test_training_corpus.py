@@ -20,8 +20,8 @@ import heldout  # noqa: E402
 # md5 of the first 200 conversations `corpus.py --recipe R --seed 1` draws (the vocab recipes: with
 # the shipped tokenizer), as drawn when the models of training/README were trained (run2: the
 # first shipped weights; copy-values: the second and the third, the name-last run; named-overlap:
-# the d=320 run; composed, selections, composed-colons, mostly-composed: the runs of those names; the others: the 10,000-step
-# runs). The draws, not their rendering: a run's corpus is these conversations rendered with its
+# the d=320 run; composed, selections, composed-colons, mostly-composed: the runs of those names;
+# the others: the 10,000-step runs). The draws, not their rendering: a run's corpus is these conversations rendered with its
 # model directory's chat templates (`--templates`), which changed once (tools' names last).
 # A change to the generator that moves these breaks that reproducibility.
 RECORDED = {"run2": "bc3ddbf497b35f8dfc6ee72a1f04fbd2", "free-heads": "37647ad8ee9d9c2408a06afc7ea12e9e",

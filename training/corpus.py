@@ -653,7 +653,8 @@ def main() -> None:
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="copy-values",
                     help="copy-values: the shipped weights' corpus; run2: the first shipped model's (and the "
                          "tokenizer's); free-heads, soup-colons, vocab-texts: the runs between; named-overlap, "
-                         "composed, selections, composed-colons, mostly-composed: runs after it, not shipped (training/README)")
+                         "composed, selections, composed-colons, mostly-composed: runs after it, not shipped "
+                         "(training/README)")
     ap.add_argument("--tokenizer", default=str(MODEL_DIR / "tokenizer.json"),
                     help="the tokenizer.json a vocab-texts or copy-values recipe draws tokens from, the one the model "
                          "then trains on (default: the shipped one)")
