@@ -168,3 +168,18 @@ def test_picking_probe_offers_the_right_tool_with_the_verbs_its_case_says() -> N
         assert (len(verbs) == 1) == (it["case"] == "same verb")
         firsts += names[0] == it["name"]
     assert firsts == len(items) // 2
+
+
+def test_no_heldout_word_is_a_token_of_the_shipped_tokenizer() -> None:
+    heldout.check_tokens(Path(SHIPPED_TOKENIZER))  # raises SystemExit on a clash
+
+
+def test_a_heldout_word_learnt_whole_is_refused(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "ĠSapporo": 1, "kettle": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(SystemExit, match=r"\['Sapporo', 'kettle'\]"):
+        heldout.check_tokens(tmp_path / "tokenizer.json")

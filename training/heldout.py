@@ -8,8 +8,10 @@ lexicon.py and tooldomains.py, split on non-letters and lower-cased); a pool wor
 is dropped, and the script refuses to run if a pool is left too small. The training lexicon
 makes its words up and throws away any that is a pool word. Phrasings are checked too: no tool
 phrasing here is written (slots blanked) in the training sources, and no repeat instruction
-here is among 20,000 the training generator composes; otherwise the script refuses to run. The held-out generator has its own seed (7077) and its own
-phrasings; the repeat texts are drawn from these pools, digits and punctuation.
+here is among 20,000 the training generator composes; otherwise the script refuses to run. No
+pool word may be one token of the served model's tokenizer (check_tokens). The held-out
+generator has its own seed (7077) and its own phrasings; the repeat texts are drawn from these
+pools, digits and punctuation.
 
     python training/heldout.py [--n 500] [--base-url http://127.0.0.1:8000]
 
@@ -124,6 +126,20 @@ def check_phrasings(samples: int = 20000) -> None:
         clash += [f"{p} in {t}" for p, words in held.items() if tooldomains.contains(tooldomains.loose(t), words)]
     if clash:
         raise SystemExit(f"held-out phrasings the training generator also produces: {clash}")
+
+
+def check_tokens(tokenizer: Path) -> None:
+    """Refuse to run if a held-out pool word is one token of the model's tokenizer. BPE learns a
+    whole word only from text that holds it often, and the tokenizer is fitted to a training
+    corpus: such a token would say the corpus wrote the word, and a larger vocabulary makes
+    that likelier."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer))
+    whole = {tok.decode([i]).strip().lower() for i in tok.get_vocab().values()}
+    clash = sorted(w for w in POOL_WORDS + POOL_NAMES + POOL_CITIES + POOL_IDENTS if w.lower() in whole)
+    if clash:
+        raise SystemExit(f"held-out words that are single tokens of {tokenizer}: {clash}")
 
 
 def disjoint(pool: list[str], seen: set[str], least: int, whole: bool = False) -> list[str]:
@@ -297,6 +313,8 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write the rates, the rates per phrasing (repeat: exact; tools: "
                     "arguments exact), the tool items by outcome and up to 20 misses per behaviour here")
     args = ap.parse_args()
+    if not args.base_url:  # (a server given by URL does not say which tokenizer it runs)
+        check_tokens(Path(args.model) / "tokenizer.json" if args.model else ROOT / "colibri/models/tiny/tokenizer.json")
     if args.base_url:
         doc = evaluate(args.base_url.rstrip("/").removesuffix("/v1"), args.n)
     else:
