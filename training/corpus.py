@@ -225,7 +225,7 @@ RECIPES = {
     # training/README "Every token written out": free heads, plus 40% of lexicon repeat texts
     # glued from whole tokens of a given tokenizer (--tokenizer), the one the model then trains on.
     "vocab-texts": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4},
-    # The shipped weights' corpus (training/README "Copied values"): vocab-texts, plus whole
+    # The second and third shipped weights' corpus (training/README "Copied values"): vocab-texts, plus whole
     # characters of other scripts as 20% of the pieces, 35% of names, places and words in tool
     # arguments glued from the same pieces, and 25% of domain requests inside an opener or closer
     # (tooldomains.wrap).
@@ -242,9 +242,11 @@ RECIPES = {
     # from its few listed phrasings.
     "composed": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                  "vocab_values": 0.35, "wrappers": 0.25, "composed": 0.5},
-    # training/README "Composed, with colons": composed, plus soup-colons' "words: text" requests
-    # (30% of the listed phrasings drawn, so about 15% of requests) and repeat requests beside
-    # domain tools (8% of conversations), for messages shaped like a repeat instruction.
+    # The shipped weights' corpus, drawn with the digits-apart tokenizer (training/README "Composed,
+    # with colons" and "Composed-colons with digits apart"): composed, plus soup-colons' "words:
+    # text" requests (30% of the listed phrasings drawn, so about 15% of requests) and repeat
+    # requests beside domain tools (8% of conversations), for messages shaped like a repeat
+    # instruction.
     "composed-colons": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                         "vocab_values": 0.35, "wrappers": 0.25, "composed": 0.5, "colons": 0.3,
                         "repeat_with_tools": 0.08},
@@ -650,13 +652,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=40000, help="training conversations")
     ap.add_argument("--valid", type=int, default=600, help="validation conversations (own seed)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--recipe", choices=sorted(RECIPES), default="copy-values",
-                    help="copy-values: the shipped weights' corpus; run2: the first shipped model's (and the "
-                         "tokenizer's); free-heads, soup-colons, vocab-texts: the runs between; named-overlap, "
-                         "composed, selections, composed-colons, mostly-composed: runs after it, not shipped "
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="composed-colons",
+                    help="composed-colons: the shipped weights' corpus; run2: the first shipped model's (and the "
+                         "tokenizer's); copy-values: the second and third shipped models'; free-heads, soup-colons, "
+                         "vocab-texts, named-overlap, composed, selections, mostly-composed: runs not shipped "
                          "(training/README)")
     ap.add_argument("--tokenizer", default=str(MODEL_DIR / "tokenizer.json"),
-                    help="the tokenizer.json a vocab-texts or copy-values recipe draws tokens from, the one the model "
+                    help="the tokenizer.json a recipe with vocabulary texts draws tokens from, the one the model "
                          "then trains on (default: the shipped one)")
     ap.add_argument("--templates", type=Path, default=MODEL_DIR,
                     help="the directory whose chat_template.{glm,chatml}.jinja render the corpus: the model directory "

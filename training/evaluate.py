@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--model", default=str(ROOT / "colibri" / "models" / "tiny"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--n", type=int, default=200, help="prompts per behaviour")
-    ap.add_argument("--recipe", default="copy-values",
+    ap.add_argument("--recipe", default="composed-colons",
                     help="the corpus recipe to draw prompts from (corpus.py --recipe; default: the shipped model's)")
     a = ap.parse_args()
     model = Model(a.model)
