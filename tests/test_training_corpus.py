@@ -22,12 +22,12 @@ import heldout  # noqa: E402
 # (run2: the first shipped weights). The others glue texts from the tokenizer's tokens, so their
 # draws depend on it. They are recorded with the shipped tokenizer, the digits-apart one since
 # 2026-12-03: the tokenizer of the runs training/README names "digits apart" (the shipped
-# weights' composed-colons corpus among them). The earlier runs drew from the previous shipped
-# tokenizer, which git holds (`git show 44ef5cf:colibri/models/tiny/tokenizer.json`); with it
-# these recipes draw the md5s recorded at that commit. The draws, not their rendering: a run's corpus is these
-# conversations rendered with its model directory's chat templates (`--templates`), which changed
-# once (tools' names last). A change to the generator that moves these breaks that
-# reproducibility.
+# weights' composed-colons corpus among them). The runs before those drew from the previous
+# shipped tokenizer ("Words apart" from its own), which git holds (`git show
+# 44ef5cf:colibri/models/tiny/tokenizer.json`); with it these recipes draw the md5s recorded at
+# that commit. The draws, not their rendering: a run's corpus is these conversations rendered
+# with its model directory's chat templates (`--templates`), which changed once (tools' names
+# last). A change to the generator that moves these breaks that reproducibility.
 RECORDED = {"run2": "bc3ddbf497b35f8dfc6ee72a1f04fbd2", "free-heads": "37647ad8ee9d9c2408a06afc7ea12e9e",
             "soup-colons": "9aaad2160d3daf6e78795cd9570cf9df", "vocab-texts": "21a34d33d4b5fcd964b80706a72781b1",
             "copy-values": "fefafa43962fd1c3d9edd65585364ede", "named-overlap": "99e778d85e8d3d41663aa663408e38e5",

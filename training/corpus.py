@@ -225,10 +225,10 @@ RECIPES = {
     # training/README "Every token written out": free heads, plus 40% of lexicon repeat texts
     # glued from whole tokens of a given tokenizer (--tokenizer), the one the model then trains on.
     "vocab-texts": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4},
-    # The second and third shipped weights' corpus (training/README "Copied values"): vocab-texts, plus whole
-    # characters of other scripts as 20% of the pieces, 35% of names, places and words in tool
-    # arguments glued from the same pieces, and 25% of domain requests inside an opener or closer
-    # (tooldomains.wrap).
+    # The second and third shipped weights' corpus (training/README "Copied values"): vocab-texts,
+    # plus whole characters of other scripts as 20% of the pieces, 35% of names, places and words
+    # in tool arguments glued from the same pieces, and 25% of domain requests inside an opener or
+    # closer (tooldomains.wrap).
     "copy-values": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                     "vocab_values": 0.35, "wrappers": 0.25},
     # training/README "Wider, in bf16" (not shipped; it lost tool choice): copy-values, plus 30% of
