@@ -313,16 +313,18 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write the rates, the rates per phrasing (repeat: exact; tools: "
                     "arguments exact), the tool items by outcome and up to 20 misses per behaviour here")
     args = ap.parse_args()
-    if not args.base_url:  # (a server given by URL does not say which tokenizer it runs)
-        tokenizer = Path(args.model) / "tokenizer.json" if args.model else ROOT / "colibri/models/tiny/tokenizer.json"
+    if args.base_url:  # (a server given by URL does not say which tokenizer it runs: no token check)
+        doc = evaluate(args.base_url.rstrip("/").removesuffix("/v1"), args.n)
+    else:
+        from live_server import live_server
+
+        from colibri.paths import EMBEDDED_MODEL
+
+        tokenizer = Path(args.model or EMBEDDED_MODEL) / "tokenizer.json"
         if tokenizer.exists():
             check_tokens(tokenizer)
         else:  # a GGUF file carries its vocabulary inside
             print(f"no {tokenizer}: the pool words are not checked against the model's tokens", file=sys.stderr)
-    if args.base_url:
-        doc = evaluate(args.base_url.rstrip("/").removesuffix("/v1"), args.n)
-    else:
-        from live_server import live_server
 
         extra = (["--model", args.model, "--model-id", "colibri-tiny"] if args.model else []) + (
             ["--family", args.family or "glm"] if args.model or args.family else [])
