@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -175,6 +176,41 @@ def export(model: Llama, tok: Tokenizer, out: Path, ctx: int, store: str = "floa
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+class WeightAverage:
+    """An exponential moving average of the weights over the steps after `start`, bias-corrected
+    so that it is a true weighted mean of those steps' weights (the steps before it, far from
+    the end, take no part). Averaging the last steps' weights smooths out the noise of the last
+    batches, which is what makes two seeds of one recipe differ (training/README, "Two seeds")."""
+
+    def __init__(self, model: Llama, decay: float, start: int):
+        self.decay, self.start, self.n = decay, start, 0
+        self.sum = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]
+
+    @torch.no_grad()
+    def update(self, model: Llama, step: int) -> None:
+        if step <= self.start:
+            return
+        self.n += 1
+        for s, p in zip(self.sum, model.parameters(), strict=True):
+            s.mul_(self.decay).add_(p.detach().float(), alpha=1 - self.decay)
+
+    @torch.no_grad()
+    def export(self, model: Llama, tok: Tokenizer, out: Path, ctx: int, store: str) -> None:
+        """OUT/ema-DECAY/: the averaged weights, with the tokenizer and templates of OUT."""
+        if self.n == 0:
+            return
+        dest = out / f"ema-{self.decay:g}"
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in [out / "tokenizer.json", *out.glob("*.jinja")]:
+            shutil.copyfile(f, dest / f.name)
+        last = [p.detach().clone() for p in model.parameters()]
+        for s, p in zip(self.sum, model.parameters(), strict=True):
+            p.copy_(s / (1 - self.decay ** self.n))
+        export(model, tok, dest, ctx, store)
+        for w, p in zip(last, model.parameters(), strict=True):
+            p.copy_(w)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default="build/corpus")
@@ -201,7 +237,15 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=6)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--ffn", type=int, default=512, help="intermediate size of the MLP")
+    ap.add_argument("--ema", type=float, nargs="*", default=[], metavar="DECAY",
+                    help="also keep an exponential moving average of the weights for each DECAY (e.g. 0.999), "
+                         "from --ema-start on, exported beside the last weights to OUT/ema-DECAY/ with the "
+                         "tokenizer and templates, so that both come from one run and can be compared")
+    ap.add_argument("--ema-start", type=float, default=0.5,
+                    help="the fraction of --max-steps after which the averages start (default 0.5)")
     a = ap.parse_args()
+    if any(not 0 < d < 1 for d in a.ema) or not 0 <= a.ema_start < 1:
+        ap.error("each --ema DECAY must lie in (0, 1) and --ema-start in [0, 1)")
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     rng = random.Random(a.seed)
@@ -223,7 +267,8 @@ def main() -> None:
     pad = tok.token_to_id("<|pad|>")
     vx, vm = pack(valid, a.seq, pad, random.Random(0))
     X, M = pack(train, a.seq, pad, rng)
-    pos, ema, t0 = 0, None, time.time()
+    averages = [WeightAverage(model, d, int(a.ema_start * a.max_steps)) for d in a.ema]
+    pos, smooth, t0 = 0, None, time.time()
     for step in range(1, a.max_steps + 1):
         if pos + a.batch > len(X):
             X, M = pack(train, a.seq, pad, rng)
@@ -242,16 +287,20 @@ def main() -> None:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        for avg in averages:
+            avg.update(model, step)
+        smooth = loss.item() if smooth is None else 0.98 * smooth + 0.02 * loss.item()
         if step % 100 == 0 or step == a.max_steps:
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
                 vl = model(vx[:16, :-1]).float()
                 vloss = ((F.cross_entropy(vl.reshape(-1, cfg.vocab), vx[:16, 1:].reshape(-1), reduction="none")
                           * vm[:16, 1:].reshape(-1)).sum() / vm[:16, 1:].sum()).item()
-            print(f"step {step}/{a.max_steps} loss {ema:.4f} val {vloss:.4f} lr {lr:.2e} "
+            print(f"step {step}/{a.max_steps} loss {smooth:.4f} val {vloss:.4f} lr {lr:.2e} "
                   f"{time.time() - t0:.0f}s", flush=True)
         if step % 1000 == 0 or step == a.max_steps:
             export(model, tok, out, a.ctx, a.store)
+            for avg in averages:
+                avg.export(model, tok, out, a.ctx, a.store)
     print(f"done in {time.time() - t0:.0f}s -> {out}", flush=True)
 
 
