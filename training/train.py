@@ -184,14 +184,14 @@ class WeightAverage:
 
     def __init__(self, model: Llama, decay: float, start: int):
         self.decay, self.start, self.n = decay, start, 0
-        self.sum = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]
+        self.acc = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]
 
     @torch.no_grad()
     def update(self, model: Llama, step: int) -> None:
         if step <= self.start:
             return
         self.n += 1
-        for s, p in zip(self.sum, model.parameters(), strict=True):
+        for s, p in zip(self.acc, model.parameters(), strict=True):
             s.mul_(self.decay).add_(p.detach().float(), alpha=1 - self.decay)
 
     @torch.no_grad()
@@ -204,7 +204,7 @@ class WeightAverage:
         for f in [out / "tokenizer.json", *out.glob("*.jinja")]:
             shutil.copyfile(f, dest / f.name)
         last = [p.detach().clone() for p in model.parameters()]
-        for s, p in zip(self.sum, model.parameters(), strict=True):
+        for s, p in zip(self.acc, model.parameters(), strict=True):
             p.copy_(s / (1 - self.decay ** self.n))
         export(model, tok, dest, ctx, store)
         for w, p in zip(last, model.parameters(), strict=True):
