@@ -154,12 +154,13 @@ def hf_names(n_layers: int) -> dict[str, str]:
     return names
 
 
-def export(model: Llama, tok: Tokenizer, out: Path, ctx: int, store: str = "float32") -> None:
+def export(model: Llama, tok: Tokenizer, out: Path, ctx: int, store: str = "float32",
+           weights: dict[str, torch.Tensor] | None = None) -> None:
     """The weights in Hugging Face's Llama layout. With store="bfloat16" the matrices (embedding
     included) are written as BF16, the norms stay float32: a model trained under bf16 autocast
     already multiplied by BF16-rounded matrices, so storing them so loses nothing it used."""
     c = model.cfg
-    ours = model.state_dict()
+    ours = model.state_dict() if weights is None else weights  # weights: other values, the model's names
     sd = {theirs: ours[mine] for mine, theirs in hf_names(c.n_layers).items()}
     dt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[store]
     sd = {k: v.detach().to(dt if v.dim() == 2 else torch.float32).contiguous().clone() for k, v in sd.items()}
@@ -184,31 +185,27 @@ class WeightAverage:
 
     def __init__(self, model: Llama, decay: float, start: int):
         self.decay, self.start, self.n = decay, start, 0
-        self.acc = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]
+        self.acc = {k: torch.zeros_like(p, dtype=torch.float32) for k, p in model.named_parameters()}
 
     @torch.no_grad()
     def update(self, model: Llama, step: int) -> None:
         if step <= self.start:
             return
         self.n += 1
-        for s, p in zip(self.acc, model.parameters(), strict=True):
-            s.mul_(self.decay).add_(p.detach().float(), alpha=1 - self.decay)
+        for k, p in model.named_parameters():
+            self.acc[k].mul_(self.decay).add_(p.detach().float(), alpha=1 - self.decay)
 
-    @torch.no_grad()
     def export(self, model: Llama, tok: Tokenizer, out: Path, ctx: int, store: str) -> None:
         """OUT/ema-DECAY/: the averaged weights, with the tokenizer and templates of OUT."""
         if self.n == 0:
             return
         dest = out / f"ema-{self.decay:g}"
-        dest.mkdir(parents=True, exist_ok=True)
-        for f in [out / "tokenizer.json", *out.glob("*.jinja")]:
-            shutil.copyfile(f, dest / f.name)
-        last = [p.detach().clone() for p in model.parameters()]
-        for s, p in zip(self.acc, model.parameters(), strict=True):
-            p.copy_(s / (1 - self.decay ** self.n))
-        export(model, tok, dest, ctx, store)
-        for w, p in zip(last, model.parameters(), strict=True):
-            p.copy_(w)
+        if not dest.exists():
+            dest.mkdir(parents=True)
+            for f in [out / "tokenizer.json", *out.glob("*.jinja")]:
+                shutil.copyfile(f, dest / f.name)
+        mean = {k: a / (1 - self.decay ** self.n) for k, a in self.acc.items()}
+        export(model, tok, dest, ctx, store, weights=mean)
 
 
 def main() -> None:
