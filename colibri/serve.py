@@ -33,6 +33,10 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
      "give only the idle ones: every step waits for its slowest thread, and a thread sharing a busy core "
      "made held-out evaluation about 30x slower beside a 2-thread training run on 2 cores)"),
     ("--keepalive", "COLI_KEEPALIVE", float, 10.0, "seconds of stream silence before a keepalive is sent"),
+    ("--idle-timeout", "COLI_IDLE_TIMEOUT", int, 15,
+     "seconds a connection may sit idle between requests before the server closes it; keep it above the 5 s "
+     "after which httpx (the official OpenAI and Anthropic Python SDKs' client) stops reusing an idle "
+     "connection, or a pooled client can send its next request just as the server closes"),
     ("--read-deadline", "COLI_READ_DEADLINE", float, 30.0,
      "seconds a client has to send a whole request (headers and body) before 408 and close"),
     ("--max-client-connections", "COLI_MAX_CLIENT_CONNECTIONS", int, 64,
@@ -130,6 +134,8 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--threads must be at least 1, not {args.threads}"
     if int(args.max_client_connections) < 1:
         return f"--max-client-connections must be at least 1, not {args.max_client_connections}"
+    if int(args.idle_timeout) < 1:
+        return f"--idle-timeout must be at least 1 second, not {args.idle_timeout}"
     if int(args.profile_turns) < 0:
         return f"--profile-turns must be 0 or more, not {args.profile_turns}"
     return None
@@ -176,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             self.cfg.set("threads", http_threads(args))
             self.cfg.set("timeout", 0)  # generation may take longer than any heartbeat
             self.cfg.set("graceful_timeout", 30)
-            self.cfg.set("keepalive", 5)
+            self.cfg.set("keepalive", int(args.idle_timeout))  # rule ops.keepalive.idle
             self.cfg.set("limit_request_line", 8190)
             self.cfg.set("post_worker_init", self._post_worker_init)
             self.cfg.set("worker_exit", self._worker_exit)

@@ -1001,7 +1001,8 @@ PRECONDITIONS = ("tool_call_made", "reasoning_made")
 #: the tests named in their descriptions.
 LIVE_ONLY = frozenset({"bound_to_loopback", "disconnect_cancels", "slow_client_dropped",
                        "prefix_reused_after_restart", "tool_parser_vectors", "full_pool_refused_at_once",
-                       "connection_cap_refused", "differential_agreement", "template_refusal_named"})
+                       "connection_cap_refused", "idle_connection_kept", "differential_agreement",
+                       "template_refusal_named"})
 
 
 def _live_only(name: str) -> Callable[[CheckContext], None]:

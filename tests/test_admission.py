@@ -1,7 +1,7 @@
 """The HTTP layer in front of the scheduler, over real sockets (colibri/server/worker.py):
 a thread only for a whole request, one read deadline per request, immediate 429s when the
 pool is full, a per-address connection cap, and HTTP framings that still work through it.
-Rules ops.read-deadline, ops.admission.bounded, ops.connections.per-client."""
+Rules ops.read-deadline, ops.admission.bounded, ops.connections.per-client, ops.keepalive.idle."""
 from __future__ import annotations
 
 import json
@@ -218,15 +218,32 @@ def test_framings_through_the_event_loop_reader():
             assert _read_response(s)[0] == 200
 
 
+def test_ops_keepalive_idle_connection_outlasts_the_sdk_pool_expiry():
+    """httpx gives up a connection idle for 5 s; the server must not close it at that moment.
+    Before the rule the server closed idle connections at 5 s, and this request found the
+    connection closed."""
+    with live_server() as base, socket.create_connection(_addr(base), timeout=30) as s:
+        s.sendall(_request("/v1/nonexistent", {}))
+        assert _read_response(s)[0] == 404
+        time.sleep(6.0)
+        s.sendall(_request("/v1/nonexistent", {}))
+        assert _read_response(s)[0] == 404
+
+
 def test_an_idle_connection_is_closed_after_keepalive_without_a_thread():
-    with live_server("--threads", "1") as base:
+    """Rule ops.keepalive.idle: the idle time is --idle-timeout, for a used connection and
+    for one that never sent a byte, neither holding a thread meanwhile."""
+    with live_server("--threads", "1", "--idle-timeout", "2") as base:
         idle = [socket.create_connection(_addr(base), timeout=10) for _ in range(4)]
         try:
             with socket.create_connection(_addr(base), timeout=10) as s:
                 s.sendall(_request())
                 assert _read_response(s, timeout=10)[0] == 200
+                t0 = time.monotonic()
+                assert s.recv(10) == b""  # closed by the server after --idle-timeout
+                assert 1.5 < time.monotonic() - t0 < 5, time.monotonic() - t0
             idle[0].settimeout(15)
-            assert idle[0].recv(10) == b""  # closed by the server after the keep-alive time
+            assert idle[0].recv(10) == b""  # never used: closed after the same time
         finally:
             for s in idle:
                 s.close()

@@ -18,6 +18,8 @@ COVERED_ELSEWHERE = {
     "ops.admission.bounded": ["test_admission:test_ops_admission_bounded_full_pool_answers_429_at_once",
                               "test_admission:test_ops_admission_bounded_trickling_clients_hold_no_thread"],
     "ops.connections.per-client": ["test_admission:test_ops_connections_per_client_cap"],
+    "ops.keepalive.idle": ["test_admission:test_ops_keepalive_idle_connection_outlasts_the_sdk_pool_expiry",
+                           "test_admission:test_an_idle_connection_is_closed_after_keepalive_without_a_thread"],
     "ops.kv-persistence": ["test_live_server:test_kv_state_survives_a_restart_and_a_torn_file_is_discarded"],
     "diff.greedy.exact": ["test_differential:test_diff_greedy_exact_a_server_against_itself_passes_every_prompt",
                           "test_differential:test_diff_greedy_exact_continuation_outside_the_top_tokens_fails"],

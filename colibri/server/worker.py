@@ -17,6 +17,9 @@ timeout or disconnect check reaches them. Here instead:
   the scheduler's queue is full (rule ops.admission.bounded).
 - One client address may hold at most `--max-client-connections` open connections; a
   request on one more is answered 429 `too_many_connections` (rule ops.connections.per-client).
+- An idle kept-alive connection is closed after `--idle-timeout` (15 s: longer than the 5 s
+  after which httpx stops reusing one); a request that arrived just as that time ran out is
+  served, not reset (rule ops.keepalive.idle).
 
 A request that cannot be framed from its headers (chunked, `Expect: 100-continue`) is
 handed over once its headers are in; the thread then reads its body under the same deadline.
@@ -82,6 +85,18 @@ def answer(ex: ApiError, path: bytes, extra: dict[str, str] | None = None) -> by
 def _path(buf: bytes | bytearray) -> bytes:
     parts = bytes(buf[:buf.find(b"\r\n") if b"\r\n" in buf else 256]).split(b" ")
     return parts[1] if len(parts) > 1 else b"/"
+
+
+def _has_bytes(sock: Any) -> bool:
+    """Whether a non-blocking socket has bytes (or the client's close) waiting to be read."""
+    raw = sock._sock if isinstance(sock, RequestSocket) else sock
+    try:
+        raw.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True  # reset by the client: reading it says so
+    return True
 
 
 class RequestSocket:
@@ -376,6 +391,12 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
             conn = self.keepalived_conns[0]
             if conn.timeout > now and not force:
                 break
+            if not force and _has_bytes(conn.sock):
+                # The client's next request arrived after the last poll: serve it. Closing a
+                # socket with unread bytes resets it, and the client sees its request refused
+                # with no answer (rule ops.keepalive.idle).
+                self.on_client_socket_readable(conn, conn.sock)
+                continue
             self.keepalived_conns.popleft()
             try:
                 self.poller.unregister(conn.sock)
