@@ -71,6 +71,18 @@ def test_reasoning_split(chunked):
     assert split("never closed\n", True, chunked) == ("never closed", "")
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_reasoning_not_in_content_markup_in_content_is_still_markup(chunked):
+    """Rule reasoning.not-in-content: the embedded model once answered "Please say back, word
+    for word: marble." with thinking off as below; the stray close tag never reaches content."""
+    assert split("'m doing well, '</think>marble", False, chunked) == ("", "'m doing well, 'marble")
+    assert split("ok.</think> done", False, chunked) == ("", "ok. done")
+    # a second block, after the first closed, is reasoning too; a stray close after it dropped
+    assert split("a</think>b <think>c</think> d</think>e", True, chunked) == ("ac", "b  de")
+    # text that only looks like the start of a tag is content once it is clear it is not one
+    assert split("x </thin y <th", False, chunked) == ("", "x </thin y <th")
+
+
 def shape(text, tools, chunked):
     s = ContentShaper(tools)
     out = []

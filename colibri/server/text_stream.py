@@ -108,7 +108,9 @@ class StopFilter:
 
 class ReasoningSplitter:
     """Splits `reasoning</think>content`. Starts in reasoning mode when the prompt opened the
-    block; otherwise a reply that opens with <think> is split the same way."""
+    block; otherwise a reply that opens with <think> is split the same way. In content the
+    markup is still markup (rule reasoning.not-in-content): a <think> opens another block, and
+    a </think> that closes none (a small model writes one with thinking off) is dropped."""
 
     def __init__(self, in_reasoning: bool):
         self.mode = "reasoning" if in_reasoning else "start"
@@ -132,7 +134,16 @@ class ReasoningSplitter:
                     continue
                 self.mode = "content"
             if self.mode == "content":
-                out += [("content", p) for p in self._take(len(self.buf))]
+                found = [(i, tag) for tag in (THINK_OPEN, THINK_CLOSE) if (i := self.buf.find(tag)) != -1]
+                if found:
+                    i, tag = min(found)
+                    out += [("content", p) for p in self._take(i)]
+                    self._drop(len(tag))
+                    if tag == THINK_OPEN:
+                        self.mode = "reasoning"
+                    continue
+                hold = _partial_suffix(self.buf, [THINK_OPEN, THINK_CLOSE])
+                out += [("content", p) for p in self._take(len(self.buf) - hold)]
                 return out
             i = self.buf.find(THINK_CLOSE)
             if i != -1:
