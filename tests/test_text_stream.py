@@ -83,6 +83,18 @@ def test_reasoning_not_in_content_markup_in_content_is_still_markup(chunked):
     assert split("x </thin y <th", False, chunked) == ("", "x </thin y <th")
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_legacy_completion_keeps_think_markup_as_text(chunked):
+    """/v1/completions has no reasoning field: its text is every character the model wrote."""
+    text = "<think>a</think> b </think> c <think>d"
+    s = ReasoningSplitter(False, markup=False)
+    out = []
+    for c in ([Piece(i, ch) for i, ch in enumerate(text)] if chunked else [Piece(0, text)]):
+        out += s.feed(c)
+    out += s.finish()
+    assert all(k == "content" for k, _ in out) and "".join(p.text for _, p in out) == text
+
+
 def shape(text, tools, chunked):
     s = ContentShaper(tools)
     out = []

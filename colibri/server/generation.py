@@ -80,7 +80,8 @@ class Generation:
         self.client_gone = client_gone or (lambda: False)  # polled while a JSON answer is being built
         self.assembler = Utf8Assembler()
         self.stop_filter = StopFilter(spec.stops, spec.ignore_leading)
-        self.splitter = ReasoningSplitter(spec.thinking)
+        # A legacy completion (strip off) is raw text: no reasoning split, every character kept.
+        self.splitter = ReasoningSplitter(spec.thinking, markup=spec.strip)
         self.shaper = ContentShaper(bool(spec.tools) and spec.tool_format != "none", spec.strip)
         self.raw = ""
         self.records: list[tuple[TokenRecord, int, int]] = []  # record, raw start, raw end

@@ -110,10 +110,11 @@ class ReasoningSplitter:
     """Splits `reasoning</think>content`. Starts in reasoning mode when the prompt opened the
     block; otherwise a reply that opens with <think> is split the same way. In content the
     markup is still markup (rule reasoning.not-in-content): a <think> opens another block, and
-    a </think> that closes none (a small model writes one with thinking off) is dropped."""
+    a </think> that closes none (a small model writes one with thinking off) is dropped.
+    `markup=False` (a legacy completion, raw text) passes every character on as content."""
 
-    def __init__(self, in_reasoning: bool):
-        self.mode = "reasoning" if in_reasoning else "start"
+    def __init__(self, in_reasoning: bool, markup: bool = True):
+        self.mode = "reasoning" if in_reasoning else "start" if markup else "raw"
         self.buf = ""
         self.offset = 0
 
@@ -122,6 +123,8 @@ class ReasoningSplitter:
             self.offset = piece.offset
         self.buf += piece.text
         out: list[tuple[str, Piece]] = []
+        if self.mode == "raw":
+            return [("content", p) for p in self._take(len(self.buf))]
         while True:
             if self.mode == "start":
                 stripped = self.buf.lstrip()
@@ -168,7 +171,7 @@ class ReasoningSplitter:
         self.buf, self.offset = self.buf[n:], self.offset + n
 
     def finish(self) -> list[tuple[str, Piece]]:
-        kind = "content" if self.mode in ("content", "start") else "reasoning"
+        kind = "content" if self.mode in ("content", "start", "raw") else "reasoning"
         text = self.buf if kind == "content" else self.buf.rstrip()
         return [(kind, p) for p in self._take(len(text))]
 
