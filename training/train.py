@@ -208,6 +208,43 @@ class WeightAverage:
         export(model, tok, dest, ctx, store, weights=mean)
 
 
+CHECKPOINT = "checkpoint.pt"
+#: The settings a resumed run must share with the run that wrote the checkpoint.
+RUN_SETTINGS = ("corpus", "max_steps", "batch", "seq", "lr", "warmup", "seed", "bf16", "dim", "layers", "heads",
+                "kv_heads", "ffn", "ema", "ema_start")
+
+
+def save_checkpoint(path: Path, a: argparse.Namespace, step: int, model: Llama, opt: torch.optim.Optimizer,
+                    averages: list[WeightAverage], pos: int, smooth: float | None, packed_from: object) -> None:
+    """Everything the next step depends on, written beside and then renamed over the old file,
+    so that a run stopped while writing keeps the previous checkpoint."""
+    state = {"step": step, "settings": {k: getattr(a, k) for k in RUN_SETTINGS}, "model": model.state_dict(),
+             "opt": opt.state_dict(), "pos": pos, "smooth": smooth, "packed_from": packed_from,
+             "torch_rng": torch.get_rng_state(), "averages": [(avg.n, avg.acc) for avg in averages]}
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def resume(path: Path, a: argparse.Namespace, model: Llama, opt: torch.optim.Optimizer,
+           averages: list[WeightAverage]) -> tuple[int, int, float | None, object]:
+    """Load a checkpoint into the model, optimizer and averages; returns the first step to run,
+    the data position, the smoothed loss and the random state the current packing came from."""
+    if not path.exists():
+        raise SystemExit(f"train.py: --resume, but there is no {path}")
+    state = torch.load(path, weights_only=False)
+    differ = {k: (v, getattr(a, k)) for k, v in state["settings"].items() if getattr(a, k) != v}
+    if differ:
+        raise SystemExit("train.py: --resume with other settings than the checkpoint's: "
+                         + ", ".join(f"--{k.replace('_', '-')} {new} (checkpoint: {old})" for k, (old, new) in differ.items()))
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    torch.set_rng_state(state["torch_rng"])
+    for avg, (n, acc) in zip(averages, state["averages"], strict=True):
+        avg.n, avg.acc = n, acc
+    return state["step"] + 1, state["pos"], state["smooth"], state["packed_from"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default="build/corpus")
@@ -240,6 +277,14 @@ def main() -> None:
                          "tokenizer and templates, so that both come from one run and can be compared")
     ap.add_argument("--ema-start", type=float, default=0.5,
                     help="the fraction of --max-steps after which the averages start (default 0.5)")
+    ap.add_argument("--checkpoint-every", type=int, default=1000, metavar="STEPS",
+                    help="write OUT/checkpoint.pt (weights, optimizer, data position, random states, "
+                         "averages) every STEPS steps, with the exported weights (default 1000)")
+    ap.add_argument("--until", type=int, default=None, metavar="STEP",
+                    help="stop after this step, with a checkpoint, so that a run longer than one sitting "
+                         "goes on later with --resume (the schedule stays that of --max-steps)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from OUT/checkpoint.pt; the run's settings must equal the checkpoint's")
     a = ap.parse_args()
     if any(not 0 < d < 1 for d in a.ema) or not 0 <= a.ema_start < 1:
         ap.error("each --ema DECAY must lie in (0, 1) and --ema-start in [0, 1)")
@@ -263,11 +308,18 @@ def main() -> None:
     step_fn = model if a.no_compile else torch.compile(model)
     pad = tok.token_to_id("<|pad|>")
     vx, vm = pack(valid, a.seq, pad, random.Random(0))
-    X, M = pack(train, a.seq, pad, rng)
     averages = [WeightAverage(model, d, int(a.ema_start * a.max_steps)) for d in a.ema]
-    pos, smooth, t0 = 0, None, time.time()
-    for step in range(1, a.max_steps + 1):
+    pos, smooth, t0, first = 0, None, time.time(), 1
+    if a.resume:
+        first, pos, smooth, packed_from = resume(out / CHECKPOINT, a, model, opt, averages)
+        rng.setstate(packed_from)  # packed again below: the same windows in the same order
+        print(f"resumed after step {first - 1} from {out / CHECKPOINT}", flush=True)
+    packed_from = rng.getstate()  # the state the current packing was drawn from
+    X, M = pack(train, a.seq, pad, rng)
+    last = min(a.max_steps, a.until or a.max_steps)
+    for step in range(first, last + 1):
         if pos + a.batch > len(X):
+            packed_from = rng.getstate()
             X, M = pack(train, a.seq, pad, rng)
             pos = 0
         x, m = X[pos:pos + a.batch], M[pos:pos + a.batch]
@@ -298,6 +350,13 @@ def main() -> None:
             export(model, tok, out, a.ctx, a.store)
             for avg in averages:
                 avg.export(model, tok, out, a.ctx, a.store)
+        if step < a.max_steps and (step % a.checkpoint_every == 0 or step == last):
+            save_checkpoint(out / CHECKPOINT, a, step, model, opt, averages, pos, smooth, packed_from)
+    if last < a.max_steps:
+        print(f"stopped after step {last} of {a.max_steps} in {time.time() - t0:.0f}s; go on with --resume",
+              flush=True)
+        return
+    (out / CHECKPOINT).unlink(missing_ok=True)  # the run is complete: nothing left to resume
     print(f"done in {time.time() - t0:.0f}s -> {out}", flush=True)
 
 
