@@ -51,8 +51,8 @@ def test_utf8_assembler_splits_nothing():
     assert "".join(out) == "é😊x" and out[1] == "é" and out[2:5] == ["", "", ""]
 
 
-def split(text, in_reasoning, chunked):
-    s = ReasoningSplitter(in_reasoning)
+def split(text, in_reasoning, chunked, markup=True):
+    s = ReasoningSplitter(in_reasoning, markup)
     out = []
     chunks = [Piece(i, ch) for i, ch in enumerate(text)] if chunked else [Piece(0, text)]
     for c in chunks:
@@ -87,12 +87,7 @@ def test_reasoning_not_in_content_markup_in_content_is_still_markup(chunked):
 def test_a_legacy_completion_keeps_think_markup_as_text(chunked):
     """/v1/completions has no reasoning field: its text is every character the model wrote."""
     text = "<think>a</think> b </think> c <think>d"
-    s = ReasoningSplitter(False, markup=False)
-    out = []
-    for c in ([Piece(i, ch) for i, ch in enumerate(text)] if chunked else [Piece(0, text)]):
-        out += s.feed(c)
-    out += s.finish()
-    assert all(k == "content" for k, _ in out) and "".join(p.text for _, p in out) == text
+    assert split(text, False, chunked, markup=False) == ("", text)
 
 
 def shape(text, tools, chunked):
