@@ -27,6 +27,13 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4  # llama.cpp's token types
 
+#: Tensor types the engine keeps as stored (csrc/engine.c: bind_matrix: block types run on
+#: integer kernels, BF16 widens in the kernel), the one it reads but expands to F32 (Q6_K: its
+#: scales change every 16 values, so it has no 32-value block form), and the plain floats.
+KEPT_TYPES = ("BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K")
+EXPANDED_TYPES = ("Q6_K",)
+READABLE_TYPES = ("F32", "F16", *KEPT_TYPES, *EXPANDED_TYPES)
+
 
 @dataclass
 class GgufModel:
@@ -171,6 +178,11 @@ def read_gguf(path: Path) -> GgufModel:
     eos = {int(meta[k]) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in meta}
     template = meta.get("tokenizer.chat_template")
     types = Counter(t.tensor_type.name for t in reader.tensors)
+    unreadable = [f"{t} ({n} tensor{'s' if n > 1 else ''})" for t, n in types.most_common() if t not in READABLE_TYPES]
+    if unreadable:
+        raise WeightsFormatError(f"{path.name} holds tensors of a type colibri cannot read: {', '.join(unreadable)}; "
+                                 f"it reads {', '.join(READABLE_TYPES)} (llama-quantize can rewrite a file "
+                                 "into these, e.g. Q4_K_M)")
     bos = meta.get("tokenizer.ggml.bos_token_id")
     return GgufModel(cfg, tokenizer, template if isinstance(template, str) else None, frozenset(eos),
                      dict(types.most_common()), int(bos) if bos is not None else None)

@@ -27,20 +27,26 @@
  * then the data section; offsets are relative to its start. A minimal JSON reader covers
  * exactly this shape and rejects anything malformed. */
 
-typedef enum { DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_OTHER } dtype_t;
+typedef enum { DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K,
+               DT_OTHER } dtype_t;
+
+/* Values per block of a type (1 for the float types): a tensor's rows hold whole blocks. The
+ * llama.cpp block types hold 32 values: Q8_0 a half scale and 32 int8; Q4_0 a half scale and
+ * 32 nibbles; Q4_1 a half scale, a half minimum and 32 nibbles; Q5_0 and Q5_1 add 32 fifth
+ * bits (4 bytes) before the nibbles. Its "K" types hold 256 values
+ * in sub-blocks whose scales are themselves quantized (see unpack_block, to_f32). */
+static size_t block_values(dtype_t t) {
+    return t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K ? 256 : t >= DT_Q8_0 ? 32 : 1;
+}
 
 /* Bytes that `count` values of a type take; 0 for a type this engine cannot read or a count
- * that is not a whole number of its blocks. Block types hold 32 values: Q8_0 a half scale and
- * 32 int8; Q4_0 a half scale and 32 nibbles; Q4_1 a half scale, a half minimum and 32 nibbles. */
+ * that is not a whole number of its blocks. */
 static size_t dtype_bytes(dtype_t t, size_t count) {
-    switch (t) {
-    case DT_F32: return 4 * count;
-    case DT_F16: case DT_BF16: return 2 * count;
-    case DT_Q8_0: return count % 32 ? 0 : count / 32 * 34;
-    case DT_Q4_0: return count % 32 ? 0 : count / 32 * 18;
-    case DT_Q4_1: return count % 32 ? 0 : count / 32 * 20;
-    default: return 0;
-    }
+    static const size_t bytes[] = {[DT_F32] = 4, [DT_F16] = 2, [DT_BF16] = 2, [DT_Q8_0] = 34, [DT_Q4_0] = 18,
+                                   [DT_Q4_1] = 20, [DT_Q5_0] = 22, [DT_Q5_1] = 24, [DT_Q4_K] = 144,
+                                   [DT_Q5_K] = 176, [DT_Q6_K] = 210};
+    const size_t per = block_values(t);
+    return t == DT_OTHER || count % per ? 0 : count / per * bytes[t];
 }
 
 typedef struct {
@@ -298,7 +304,12 @@ static dtype_t gg_dtype(uint32_t ggml_type) {
     case 1: return DT_F16;
     case 2: return DT_Q4_0;
     case 3: return DT_Q4_1;
+    case 6: return DT_Q5_0;
+    case 7: return DT_Q5_1;
     case 8: return DT_Q8_0;
+    case 12: return DT_Q4_K;
+    case 13: return DT_Q5_K;
+    case 14: return DT_Q6_K;
     case 30: return DT_BF16;
     default: return DT_OTHER;
     }
@@ -348,7 +359,7 @@ static int gguf_parse(const void *map, size_t size, tensor_info **out, int *coun
         t->ndim = (int)n_dims;
         for (uint32_t d = 0; d < n_dims; d++) t->shape[d] = (long)dims[n_dims - 1 - d];  /* rows first */
         size_t bytes = dtype_bytes(t->dtype, (size_t)elems);
-        if (t->dtype != DT_OTHER && (!bytes || (t->dtype >= DT_Q8_0 && dims[0] % 32))) goto bad;  /* blocks run along rows */
+        if (t->dtype != DT_OTHER && (!bytes || dims[0] % block_values(t->dtype))) goto bad;  /* blocks run along rows */
         t->begin = (size_t)offset;
         t->end = t->begin + bytes;  /* a type this engine cannot read keeps end == begin: bind refuses it */
         if (t->end < t->begin) goto bad;
@@ -391,9 +402,85 @@ static float half_at(const char *p) {
     return half_to_float(h);
 }
 
-/* `count` values of any readable type to F32 (count a whole number of blocks for block
- * types: 32 values each, see dtype_bytes). In Q4 blocks byte j holds value j in its low
- * nibble and value j + 16 in its high one. */
+/* Block b (32 values) of a tensor of a 32-value block type or of Q4_K / Q5_K, in one form:
+ * value j = scale * q[j] + min with q unsigned. Every such type says exactly this (Q8_0: the
+ * int8 + 128 and min = -128 scale; Q4_0: min = -8 scale; Q5_0: -16 scale), so the kernel and
+ * the expansion to F32 share one reading of the file. In the 32-value types byte j of the
+ * nibbles holds value j low and value j + 16 high, and Q5_0/Q5_1's fifth bit of value j is
+ * bit j of their 32-bit little-endian plane.
+ *
+ * Q4_K and Q5_K: a 256-value super-block is 8 sub-blocks of 32, sub-block s holding
+ * value = (d * sc_s) * q - dmin * m_s with d, dmin halves and sc_s, m_s 6-bit integers packed
+ * in 12 bytes (s < 4: the low 6 bits of bytes s and s + 4; s >= 4: a nibble of byte s + 4 and
+ * the top 2 bits of bytes s - 4 and s). The products are exact in float (11 + 6 bits), so the
+ * (scale, min) form loses nothing. The quants run in 64-value chunks: byte i of chunk c holds
+ * value i of sub-block 2c in its low nibble and of sub-block 2c + 1 in its high one; Q5_K adds
+ * a fifth bit per value, bit 2c (or 2c + 1) of byte i of a 32-byte plane. */
+static void unpack_block(dtype_t t, const char *src, size_t b, unsigned char q[32], float *scale, float *min) {
+    if (block_values(t) == 32) {
+        const char *blk = src + dtype_bytes(t, 32) * b;
+        const float d = half_at(blk);
+        *scale = d;
+        if (t == DT_Q8_0) {
+            for (int j = 0; j < 32; j++) q[j] = (unsigned char)((int)(int8_t)blk[2 + j] + 128);
+            *min = -128.0f * d;
+            return;
+        }
+        const int has_min = t == DT_Q4_1 || t == DT_Q5_1, five = t == DT_Q5_0 || t == DT_Q5_1;
+        const unsigned char *qh = (const unsigned char *)blk + (has_min ? 4 : 2), *qs = qh + (five ? 4 : 0);
+        const uint32_t high = five ? (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24 : 0;
+        for (int j = 0; j < 16; j++) {
+            q[j] = (unsigned char)((qs[j] & 0x0f) | ((high >> j) & 1) << 4);
+            q[j + 16] = (unsigned char)((qs[j] >> 4) | ((high >> (j + 16)) & 1) << 4);
+        }
+        *min = has_min ? half_at(blk + 2) : (five ? -16.0f : -8.0f) * d;
+        return;
+    }
+    const unsigned char *sb = (const unsigned char *)src + dtype_bytes(t, 256) * (b / 8);
+    const unsigned char *k = sb + 4;  /* the 12 bytes of packed sub-block scales and mins */
+    const int s = (int)(b % 8);
+    int sc, m;
+    if (s < 4) {
+        sc = k[s] & 63;
+        m = k[s + 4] & 63;
+    } else {
+        sc = (k[s + 4] & 0x0f) | ((k[s - 4] >> 6) << 4);
+        m = (k[s + 4] >> 4) | ((k[s] >> 6) << 4);
+    }
+    *scale = half_at((const char *)sb) * (float)sc;
+    *min = -(half_at((const char *)sb + 2) * (float)m);
+    const int c = s / 2, shift = s % 2 ? 4 : 0;
+    const unsigned char *qs = sb + 16 + (t == DT_Q5_K ? 32 : 0) + 32 * c, *qh = sb + 16;
+    for (int i = 0; i < 32; i++) {
+        q[i] = (qs[i] >> shift) & 0x0f;
+        if (t == DT_Q5_K) q[i] |= ((qh[i] >> s) & 1) << 4;
+    }
+}
+
+/* Q6_K: a 256-value super-block is 16 sub-blocks of 16, value = d * sc_s * (q - 32) with d a
+ * half and sc_s an int8, q 6 bits: low nibbles in 128 bytes, high pairs in 64, the int8 scales
+ * in 16, d last. Each 128-value half h takes 64 low bytes, 32 high bytes and 8 scales; in it
+ * value i + 32 r (r = 0..3, i = 0..31) has the low nibble of low byte i + 32 (r % 2) (high
+ * nibble when r >= 2), bits 2r, 2r+1 of high byte i, and scale (i + 32 r) / 16. Its scales
+ * change every 16 values, so it has no 32-value (scale, min) form: kept matrices expand it. */
+static void q6_k_to_f32(const char *src, size_t count, float *dst) {
+    for (size_t b = 0; b < count / 256; b++) {
+        const unsigned char *sb = (const unsigned char *)src + b * 210;
+        const float d = half_at((const char *)sb + 208);
+        for (int h = 0; h < 2; h++) {
+            const unsigned char *lo = sb + 64 * h, *hi = sb + 128 + 32 * h;
+            const int8_t *sc = (const int8_t *)(sb + 192 + 8 * h);
+            float *y = dst + b * 256 + 128 * h;
+            for (int r = 0; r < 4; r++)
+                for (int i = 0; i < 32; i++) {
+                    const int low = (lo[i + 32 * (r % 2)] >> (r >= 2 ? 4 : 0)) & 0x0f, high = (hi[i] >> (2 * r)) & 3;
+                    y[i + 32 * r] = d * (float)sc[(i + 32 * r) / 16] * (float)((low | high << 4) - 32);
+                }
+        }
+    }
+}
+
+/* `count` values of any readable type to F32 (count a whole number of the type's blocks). */
 static void to_f32(dtype_t t, const char *src, size_t count, float *dst) {
     if (t == DT_F32) { memcpy(dst, src, count * sizeof(float)); return; }
     if (t == DT_F16 || t == DT_BF16) {
@@ -405,20 +492,12 @@ static void to_f32(dtype_t t, const char *src, size_t count, float *dst) {
         }
         return;
     }
+    if (t == DT_Q6_K) { q6_k_to_f32(src, count, dst); return; }
+    unsigned char q[32];
+    float scale, min;
     for (size_t b = 0; b < count / 32; b++, dst += 32) {
-        if (t == DT_Q8_0) {
-            const char *blk = src + b * 34;
-            float d = half_at(blk);
-            for (int j = 0; j < 32; j++) dst[j] = d * (float)(int8_t)blk[2 + j];
-        } else {
-            const char *blk = src + b * (t == DT_Q4_0 ? 18 : 20);
-            float d = half_at(blk), m = t == DT_Q4_1 ? half_at(blk + 2) : -8.0f * d;
-            const unsigned char *qs = (const unsigned char *)blk + (t == DT_Q4_0 ? 2 : 4);
-            for (int j = 0; j < 16; j++) {
-                dst[j] = d * (float)(qs[j] & 0x0f) + m;
-                dst[j + 16] = d * (float)(qs[j] >> 4) + m;
-            }
-        }
+        unpack_block(t, src, b, q, &scale, &min);
+        for (int j = 0; j < 32; j++) dst[j] = scale * (float)q[j] + min;
     }
 }
 
@@ -433,10 +512,11 @@ static void to_f32(dtype_t t, const char *src, size_t count, float *dst) {
  * results identical to F32 panels of the same values.
  *
  * W_Q8 and W_Q4 keep a GGUF block type quantized: row o of W is n/32 blocks of 32 values,
- * value = scale * q + min with q unsigned (Q8: the file's int8 + 128, 32 bytes a block; Q4:
- * nibbles, 16 bytes a block, byte j holding value j low and value j + 16 high, as in the
- * file) and scale, min floats per block (Q8_0: min = -128 scale; Q4_0: -8 scale; Q4_1: the
- * file's min). One form for the three types means one kernel (qdot). */
+ * value = scale * q + min with q unsigned and scale, min floats per block (unpack_block: the
+ * file's own values, exactly). W_Q4 holds 4-bit quants (Q4_0, Q4_1, Q4_K) as nibbles, 16
+ * bytes a block, byte j holding value j low and value j + 16 high; W_Q8 a byte per value
+ * (Q8_0, Q5_0, Q5_1, Q5_K, or a fused projection mixing those with 4-bit types). One form for every
+ * block type means one kernel (qtile). Q6_K's scales change every 16 values: it expands. */
 typedef enum { W_F32, W_BF16, W_Q8, W_Q4 } wkind;
 
 typedef struct {
@@ -700,20 +780,32 @@ static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, 
 }
 
 /* With AVX-512 VNNI a 512-bit register takes two blocks at once (lanes 0-7 block b, 8-15
- * block b + 1); elsewhere the portable loops below compute the same sums. */
+ * block b + 1); with AVX2 a 256-bit register takes one; elsewhere the portable loops below
+ * compute the same sums. */
 #if defined(__AVX512VNNI__) && defined(__AVX512F__)
 #include <immintrin.h>
 #define QSIMD 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define QAVX2 1
+#endif
+
+#if defined(QSIMD) || defined(QAVX2)
+static inline float hsum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
 #endif
 
 /* Σ_b min_b * sum_b over a row's blocks: the weights' min term (see above). */
 static inline float min_term(const float *wm, const float *as, int nb) {
     float t = 0.0f;
     int b = 0;
-#ifdef QSIMD
+#if defined(QSIMD) || defined(QAVX2)
     __m256 acc = _mm256_setzero_ps();
     for (; b + 8 <= nb; b += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(wm + b), _mm256_loadu_ps(as + b), acc);
-    t = _mm512_reduce_add_ps(_mm512_zextps256_ps512(acc));
+    t = hsum8(acc);
 #endif
     for (; b < nb; b++) t += wm[b] * as[b];
     return t;
@@ -765,6 +857,28 @@ static inline __attribute__((always_inline)) void qblocks(__m512 acc[2][4], cons
 }
 #endif
 
+#ifdef QAVX2
+/* Block b of a weight row as 32 unsigned bytes, values 0-31 in order. */
+static inline __attribute__((always_inline)) __m256i qweights8(const qrow *w, int b, int q4) {
+    if (!q4) return _mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 32));
+    const __m128i x = _mm_loadu_si128((const __m128i *)(w->q + (size_t)b * 16)), low = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), low), _mm_and_si128(x, low));
+}
+
+/* Σ_j w_j a_j over one block as eight int32 partial sums (w unsigned bytes, a int8). AVX2 has
+ * no u8 x s8 -> i32 instruction: maddubs makes int16 pair sums, which saturate past 32767, so
+ * a byte weight (up to 255 x 128 x 2) is split into its nibbles, each product then at most
+ * 15 x 128 x 2, and the high half's sum shifted back; 4-bit weights need one pass. Exact. */
+static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a, int q4) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (q4) return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones);
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(w, low), a), ones);
+    const __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), low), a), ones);
+    return _mm256_add_epi32(lo, _mm256_slli_epi32(hi, 4));
+}
+#endif
+
 /* out[o + r * d] = weight row o · input row r for OB (1 or 2) weight rows and RB (1..4) input
  * rows: quants aq (row stride n), block scales ad (four rows interleaved), sums as (row
  * stride nb). Each weight block is unpacked once for all RB rows and each input block loaded
@@ -783,6 +897,24 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
     for (int o = 0; o < OB; o++)
         for (int r = 0; r < RB; r++)
             out[o + (size_t)r * d] = _mm512_reduce_add_ps(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
+#elif defined(QAVX2)
+    __m256 acc[2][4];
+    for (int o = 0; o < OB; o++)
+        for (int r = 0; r < RB; r++) acc[o][r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i a[4];
+        for (int r = 0; r < RB; r++) a[r] = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
+        for (int o = 0; o < OB; o++) {
+            const __m256i wv = qweights8(&w[o], b, q4);
+            for (int r = 0; r < RB; r++) {
+                const __m256 p = _mm256_cvtepi32_ps(qdot8(wv, a[r], q4));
+                acc[o][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(w[o].scale[b] * ad[(size_t)b * 4 + r]), acc[o][r]);
+            }
+        }
+    }
+    for (int o = 0; o < OB; o++)
+        for (int r = 0; r < RB; r++)
+            out[o + (size_t)r * d] = hsum8(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
 #else
     for (int o = 0; o < OB; o++)
         for (int r = 0; r < RB; r++) {
@@ -1260,33 +1392,36 @@ static int bind_packed(colibri_engine *e, const tensor_info *ts, int nt, const c
     return COLIBRI_OK;
 }
 
-/* Copies the named block-type tensors (each (d_of[i], n), all of one type t) stacked into a
- * W_Q8 or W_Q4 matrix (see `matrix`), releasing the file's pages as it goes. */
+/* A type whose blocks have the (scale, min) form of unpack_block; 4-bit ones pack as nibbles. */
+static int blockable(dtype_t t) { return t >= DT_Q8_0 && t <= DT_Q5_K; }
+static int four_bit(dtype_t t) { return t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q4_K; }
+
+/* Copies the named block-type tensors (each (d_of[i], n), of blockable types) stacked into a
+ * W_Q4 matrix if all are 4-bit, else W_Q8 (see `matrix`), releasing the file's pages as it goes. */
 static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const char *const *src, const long *d_of,
-                       int n_src, long n, dtype_t t, matrix *out) {
+                       int n_src, long n, matrix *out) {
     long d = 0;
-    for (int i = 0; i < n_src; i++) d += d_of[i];
-    const int q4 = t != DT_Q8_0, qbytes = q4 ? 16 : 32, in_bytes = t == DT_Q8_0 ? 34 : t == DT_Q4_0 ? 18 : 20;
+    int q4 = 1;
+    for (int i = 0; i < n_src; i++) {
+        d += d_of[i];
+        q4 = q4 && four_bit(tsr[i]->dtype);
+    }
+    const int qbytes = q4 ? 16 : 32;
     const size_t nb = (size_t)n / 32, quants = (size_t)d * nb * qbytes, floats = (size_t)d * nb;
     size_t size = (quants + 2 * floats * sizeof(float) + 63) / 64 * 64;
     char *p = aligned_alloc(64, size);
     if (!p) return COLIBRI_E_NOMEM;
-    unsigned char *q = (unsigned char *)p;
+    unsigned char *q = (unsigned char *)p, v[32];
     float *scale = (float *)(p + quants), *min = scale + floats;  /* quants is a multiple of 16: aligned */
     size_t blk = 0;
     for (int i = 0; i < n_src; i++) {
         for (size_t b = 0; b < (size_t)d_of[i] * nb; b++, blk++) {
-            const char *in = src[i] + b * in_bytes;
-            float sc = half_at(in);
             unsigned char *qo = q + blk * qbytes;
-            scale[blk] = sc;
-            if (t == DT_Q8_0) {
-                for (int j = 0; j < 32; j++) qo[j] = (unsigned char)((int)(int8_t)in[2 + j] + 128);
-                min[blk] = -128.0f * sc;
-            } else {
-                memcpy(qo, in + (t == DT_Q4_0 ? 2 : 4), 16);
-                min[blk] = t == DT_Q4_0 ? -8.0f * sc : half_at(in + 2);
-            }
+            unpack_block(tsr[i]->dtype, src[i], b, v, &scale[blk], &min[blk]);
+            if (q4)
+                for (int j = 0; j < 16; j++) qo[j] = (unsigned char)(v[j] | v[j + 16] << 4);
+            else
+                memcpy(qo, v, 32);
         }
         release_pages(e, src[i], (size_t)(tsr[i]->end - tsr[i]->begin));
     }
@@ -1296,22 +1431,21 @@ static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const c
 }
 
 /* Binds a (possibly fused) projection in the best form its tensors allow: block types stay
- * quantized when every part has the same block type, BF16 stays BF16; anything else, mixed
- * types, or cfg.dequantize set, becomes F32 panels. */
+ * quantized when every part is blockable, BF16 stays BF16 when every part is; anything else
+ * (Q6_K, mixed float and block types) or cfg.dequantize set becomes F32 panels. */
 static int bind_matrix(colibri_engine *e, const tensor_info *ts, int nt, const char *data, size_t data_size,
                        const char *const *names, const long *d_of, int n_src, long n, matrix *out) {
     const tensor_info *t[3];
     const char *src[3];
+    int blocks = !e->cfg.dequantize, bf16 = !e->cfg.dequantize;
     for (int i = 0; i < n_src; i++) {
         int rc = locate(ts, nt, data, data_size, names[i], d_of[i], n, &t[i], &src[i]);
         if (rc) return rc;
+        blocks = blocks && blockable(t[i]->dtype);
+        bf16 = bf16 && t[i]->dtype == DT_BF16;
     }
-    dtype_t common = t[0]->dtype;
-    for (int i = 1; i < n_src; i++) if (t[i]->dtype != common) common = DT_OTHER;
-    if (!e->cfg.dequantize && (common == DT_Q8_0 || common == DT_Q4_0 || common == DT_Q4_1))
-        return bind_blocks(e, t, src, d_of, n_src, n, common, out);
-    wkind kind = !e->cfg.dequantize && common == DT_BF16 ? W_BF16 : W_F32;
-    return bind_packed(e, ts, nt, data, data_size, names, d_of, n_src, n, kind, out);
+    if (blocks) return bind_blocks(e, t, src, d_of, n_src, n, out);
+    return bind_packed(e, ts, nt, data, data_size, names, d_of, n_src, n, bf16 ? W_BF16 : W_F32, out);
 }
 
 /* The head width: given, or dim / n_heads (then n_heads must divide dim); 0 if invalid. */
@@ -1745,7 +1879,7 @@ const char *colibri_strerror(int status) {
     case COLIBRI_E_FORMAT: return "malformed or truncated safetensors file";
     case COLIBRI_E_MISSING_TENSOR: return "a tensor required by the config is missing";
     case COLIBRI_E_SHAPE: return "a tensor's shape does not match the config";
-    case COLIBRI_E_DTYPE: return "unsupported tensor dtype (F32, F16 and BF16 are supported)";
+    case COLIBRI_E_DTYPE: return "unsupported tensor dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are supported)";
     case COLIBRI_E_CONFIG: return "inconsistent model config";
     case COLIBRI_E_NOMEM: return "out of memory";
     case COLIBRI_E_SLOT: return "bad KV slot";

@@ -9,8 +9,9 @@
  * grouped-query attention, SwiGLU MLP, tied or untied output embedding. Weights come from
  * one safetensors or GGUF file. F32 and F16 matrices compute in F32; BF16 matrices stay
  * BF16 and widen to F32 in the kernel (identical results); GGUF block types (Q8_0, Q4_0,
- * Q4_1) stay quantized and multiply integer dot products against inputs quantized per
- * 32-value block (see engine.c: block kernels). Norms, attention and logits are F32.
+ * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K) stay quantized and multiply integer dot products against inputs quantized
+ * per 32-value block (see engine.c: block kernels); Q6_K, whose scales change every 16 values,
+ * is expanded to F32. Norms, attention and logits are F32.
  *
  * KV slots: 1..16 independent sequences, each with its token history. A prefill compares
  * the prompt with the slot's history and computes only the new suffix (prefix reuse). A
@@ -32,7 +33,7 @@ extern "C" {
 #define COLIBRI_E_FORMAT          -2   /* not a safetensors file: header length, JSON or data offsets are malformed or truncated */
 #define COLIBRI_E_MISSING_TENSOR  -3   /* a tensor the config requires is absent */
 #define COLIBRI_E_SHAPE           -4   /* a tensor's shape does not match the config */
-#define COLIBRI_E_DTYPE           -5   /* a tensor's dtype is not F32, F16 or BF16 */
+#define COLIBRI_E_DTYPE           -5   /* a tensor's dtype is none of those colibri_load lists */
 #define COLIBRI_E_CONFIG          -6   /* the config is inconsistent (heads do not divide dim, zero sizes, ...) */
 #define COLIBRI_E_NOMEM           -7   /* an allocation failed */
 #define COLIBRI_E_SLOT            -8   /* slot index outside 0..n_slots-1, or a slot listed twice in one decode */
@@ -62,7 +63,8 @@ typedef struct {
     /* head_dim/2 RoPE inverse frequencies (a scaled RoPE, e.g. Llama 3's), read by
      * colibri_load only; NULL: rope_theta^(-2i/head_dim). */
     const float *rope_inv_freq;
-    /* 0: GGUF block types (Q8_0, Q4_0, Q4_1) stay quantized in memory and BF16 stays BF16;
+    /* 0: GGUF block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K) stay quantized and BF16
+     * stays BF16 (Q6_K is expanded either way);
      * 1: every tensor is expanded to F32 at load (the exact reference the quantized kernels
      * are measured against, at 2-8x the memory). */
     int dequantize;
@@ -72,8 +74,8 @@ typedef struct colibri_engine colibri_engine;
 
 /* Load weights and allocate n_slots KV slots (1..COLIBRI_MAX_SLOTS), computing with n_threads
  * threads (0 = the OpenMP default). The file is safetensors (F32, F16, BF16) or a llama GGUF
- * (version 2 or 3; F32, F16, BF16, Q8_0, Q4_0, Q4_1 tensors, kept as cfg->dequantize says);
- * the config must match its tensors. On failure *out is NULL. */
+ * (version 2 or 3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K tensors,
+ * kept as cfg->dequantize says); the config must match its tensors. On failure *out is NULL. */
 int colibri_load(const char *weights_path, const colibri_config *cfg, int n_slots, int n_threads,
                  colibri_engine **out);
 void colibri_free(colibri_engine *e);

@@ -13,6 +13,7 @@ import json
 import struct
 from pathlib import Path
 
+import kquants
 import numpy as np
 import pytest
 from llama_reference import ReferenceLlama, write_random_model
@@ -81,18 +82,21 @@ SPM_SCORES = [0.0] * 259 + [-float(i) for i in range(len(SPM_PIECES))]
 
 
 def write_gguf(tmp: Path, qtype: Q, *, tied: bool = True, template: str | None = "{{ messages }}",
-               pre: str = "smollm", sentencepiece: bool = False) -> tuple[Path, Path]:
-    """A random model as GGUF, and the same weights after quantization as an F32 directory."""
+               pre: str = "smollm", sentencepiece: bool = False, dim: int = DIM, hidden: int = 160,
+               mix: dict[str, Q] | None = None) -> tuple[Path, Path]:
+    """A random model as GGUF, and the same weights after quantization as an F32 directory.
+    `mix` gives some matrices another type than qtype, by the end of their name (as llama.cpp's
+    Q4_K_M files keep attn_v and ffn_down in Q6_K)."""
     tokens = SPM_TOKENS if sentencepiece else TOKENS
-    src = write_random_model(tmp / "src", seed=4, dim=DIM, heads=HEADS, kv_heads=KV_HEADS, vocab=len(tokens),
-                             tied=tied, rope={"rope_theta": 50000.0})
+    src = write_random_model(tmp / "src", seed=4, dim=dim, hidden=hidden, heads=HEADS, kv_heads=KV_HEADS,
+                             vocab=len(tokens), tied=tied, rope={"rope_theta": 50000.0})
     tensors = load_file(str(src / "model.safetensors"))
     path = tmp / "model.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(2)
     w.add_context_length(128)
-    w.add_embedding_length(DIM)
-    w.add_feed_forward_length(160)
+    w.add_embedding_length(dim)
+    w.add_feed_forward_length(hidden)
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
     w.add_rope_freq_base(50000.0)
@@ -122,13 +126,13 @@ def write_gguf(tmp: Path, qtype: Q, *, tied: bool = True, template: str | None =
             t = _interleave(t, HEADS)
         elif name.endswith("k_proj.weight"):
             t = _interleave(t, KV_HEADS)
-        kind = Q.F32 if t.ndim == 1 else qtype
+        kind = Q.F32 if t.ndim == 1 else next((k for end, k in (mix or {}).items() if name.endswith(end)), qtype)
         if kind in (Q.F32, Q.F16):
             data = t.astype(np.float16 if kind == Q.F16 else np.float32)
             w.add_tensor(_gguf_name(name), data)
             deq = data.astype(np.float32)
         else:
-            data = quantize(t, kind)
+            data = kquants.encode(t, kind.name) if kind.name in kquants.ENCODERS else quantize(t, kind)
             w.add_tensor(_gguf_name(name), data, raw_dtype=kind)
             deq = dequantize(data, kind).reshape(t.shape)
         if name.endswith("q_proj.weight"):  # back to the reference's rotate-half order
@@ -151,7 +155,7 @@ def _tokens(seed: int, n: int = 40) -> list[int]:
     return np.random.default_rng(seed).integers(0, len(TOKENS), n).tolist()
 
 
-@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1])
+@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1])
 def test_gguf_logits_equal_the_reference_on_the_dequantized_weights(tmp_path, qtype):
     """Expanded to F32 at load (dequantize=True), every type computes the reference exactly."""
     path, ref_dir = write_gguf(tmp_path, qtype)
@@ -177,7 +181,7 @@ def test_float_types_kept_as_stored_compute_exactly_what_f32_computes(tmp_path, 
     assert np.array_equal(kept, expanded)
 
 
-BLOCK_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1]
+BLOCK_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
 
 
 @pytest.mark.parametrize("qtype", BLOCK_TYPES)
@@ -203,7 +207,8 @@ def test_block_kernels_compute_the_weights_against_block_rounded_inputs(tmp_path
 
 # The error a block format adds over its own dequantized weights is the input rounding alone.
 # Stated bound on this random 2-layer model (relative RMS of all logits against the exact F32
-# computation; measured 3.4% Q8_0, 3.3% Q4_0, 3.1% Q4_1); BENCHMARKS.md gives SmolLM2's figures.
+# computation; measured 3.4% Q8_0, 3.3% Q4_0, 3.1% Q4_1, 3.5% Q5_0, 3.7% Q5_1; 2.3% for the wider
+# Q4_K_M-like mix below); BENCHMARKS.md gives SmolLM2's figures.
 BLOCK_ERROR_BOUND = 0.05
 
 
@@ -217,11 +222,11 @@ def test_block_formats_stay_within_their_stated_error_of_the_dequantized_weights
     assert 0 < rel < BLOCK_ERROR_BOUND  # 0 would mean the weights were expanded, not kept
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.BF16])
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.BF16, Q.Q4_K])
 def test_kept_formats_give_batched_rows_bit_identical_to_single_slot_steps(tmp_path, qtype):
     """As for F32 panels: a row's logits never depend on which other rows share the step, and
     a prefill reusing a cached prefix gives what a fresh prefill gives."""
-    path, _ = write_gguf(tmp_path, qtype)
+    path, _ = write_k_gguf(tmp_path, qtype) if qtype == Q.Q4_K else write_gguf(tmp_path, qtype)
     model = Model(path)
     prompts = [_tokens(s, 7 + s) for s in range(4)]
     batch = model.engine(4, 2)
@@ -236,6 +241,70 @@ def test_kept_formats_give_batched_rows_bit_identical_to_single_slot_steps(tmp_p
     _, fresh = model.engine(1, 2).prefill(0, prompts[3] + [9, 10, 11])
     reused = batch.prefill(3, prompts[3] + [9, 10, 11])
     assert reused[0] > 0 and np.array_equal(reused[1], fresh)
+
+
+# llama.cpp's "K" types hold 256-value super-blocks, so their model is wider: every matrix row
+# (dim 256, MLP 512) is whole super-blocks. Q4_K_M-like: 4-bit matrices, attn_v and ffn_down
+# in Q6_K, the embedding in Q6_K, as llama-quantize writes a small tied model.
+K_DIM, K_HIDDEN = 256, 512
+K_MIXED = {"v_proj.weight": Q.Q6_K, "down_proj.weight": Q.Q6_K, "embed_tokens.weight": Q.Q6_K}
+
+
+def write_k_gguf(tmp: Path, qtype: Q, mix: dict[str, Q] | None = None) -> tuple[Path, Path]:
+    return write_gguf(tmp, qtype, dim=K_DIM, hidden=K_HIDDEN, mix=mix)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
+def test_k_quant_logits_equal_the_reference_on_llama_cpp_s_own_dequantization(tmp_path, qtype):
+    """Expanded to F32, a K-quant file computes the reference run on the weights that llama.cpp's
+    `gguf` package decodes from the same bytes: the engine reads every scale, min, nibble and
+    high bit where llama.cpp does. The bar is float32 rounding, relative to the logits' size
+    (this wider model's logits reach about 25); one misread sub-block is off by far more."""
+    path, ref_dir = write_k_gguf(tmp_path, qtype)
+    eng = Model(path).engine(n_slots=1, n_threads=2, dequantize=True)
+    toks = _tokens(5)
+    _, logits = eng.prefill(0, toks, all_logits=True)
+    want = ReferenceLlama(ref_dir).logits(toks)
+    assert float(np.max(np.abs(logits - want))) < 1e-5 * float(np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K])
+def test_k_quants_stay_quantized_and_compute_against_block_rounded_inputs(tmp_path, qtype):
+    """Q4_K and Q5_K are kept as blocks (their sub-block scale and min are exact floats), so the
+    block kernel's only error is the input rounding, as for Q4_1 (see the test above)."""
+    path, ref_dir = write_k_gguf(tmp_path, qtype)
+    eng = Model(path).engine(1, 2)
+    ref = ReferenceLlama(ref_dir)
+    exact = total = 0
+    for seed in (5, 6, 7):
+        toks = _tokens(seed)
+        _, logits = eng.prefill(0, toks, all_logits=True)
+        err = np.max(np.abs(logits - ref.logits(toks, quantized_inputs=True)), axis=1)
+        exact += int(np.sum(err < 1e-4))
+        total += len(toks)
+    assert exact >= total * 2 // 3, f"{exact}/{total} positions match the block-rounded reference"
+    _, plain = Model(path).engine(1, 2, dequantize=True).prefill(0, _tokens(5), all_logits=True)
+    _, kept = eng.prefill(0, _tokens(5), all_logits=True)
+    assert not np.array_equal(kept, plain)  # kept, not expanded
+
+
+def test_q6_k_is_expanded_exactly_and_a_q4_k_m_mix_loads(tmp_path):
+    """Q6_K's scales change every 16 values, so it has no 32-value block form: kept or not it
+    computes exactly what the F32 expansion computes. A Q4_K_M-like mix (Q4_K with attn_v,
+    ffn_down and the embedding in Q6_K) keeps what it can and stays within the block error."""
+    path, _ = write_k_gguf(tmp_path / "q6", Q.Q6_K)
+    toks = _tokens(6)
+    _, kept = Model(path).engine(1, 2).prefill(0, toks, all_logits=True)
+    _, expanded = Model(path).engine(1, 2, dequantize=True).prefill(0, toks, all_logits=True)
+    assert np.array_equal(kept, expanded)
+    path, ref_dir = write_k_gguf(tmp_path / "mix", Q.Q4_K, mix=K_MIXED)
+    model = Model(path)
+    assert model.gguf.tensor_types == {"Q4_K": 10, "Q6_K": 5, "F32": 5}
+    _, logits = model.engine(1, 2).prefill(0, toks, all_logits=True)
+    want = ReferenceLlama(ref_dir).logits(toks)
+    rel = float(np.linalg.norm(logits - want) / np.linalg.norm(want))
+    assert 0 < rel < BLOCK_ERROR_BOUND
+    assert "Q4_K kept as stored" in model.weights_note() and "Q6_K expanded to F32" in model.weights_note()
 
 
 def test_untied_output_projection(tmp_path):
@@ -288,6 +357,28 @@ def test_llama3_vocabularies_take_a_whole_word_from_the_vocabulary(tmp_path):
     assert Model(path).encode(" tea") == [TOKENS.index("Ġtea")]
     path, _ = write_gguf(tmp_path / "b", Q.F32, pre="smollm")
     assert Model(path).encode(" tea") == [TOKENS.index("Ġt"), TOKENS.index("e"), TOKENS.index("a")]
+
+
+def test_a_tensor_type_the_engine_cannot_read_is_refused_by_name(tmp_path):
+    """An IQ (here IQ4_NL) or Q2_K/Q3_K file is refused before loading, naming the types it holds
+    and the ones colibri reads; the engine itself refuses such a tensor too (status -5)."""
+    from colibri import _engine
+
+    path, _ = write_gguf(tmp_path, Q.Q8_0)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"blk.0.attn_q.weight") + len(b"blk.0.attn_q.weight")
+    n_dims = struct.unpack_from("<I", raw, at)[0]
+    type_at = at + 4 + 8 * n_dims
+    assert struct.unpack_from("<I", raw, type_at)[0] == Q.Q8_0
+    struct.pack_into("<I", raw, type_at, Q.IQ4_NL)  # same place, a type the engine does not read
+    bad = tmp_path / "iq4.gguf"
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(WeightsFormatError, match=r"iq4.gguf holds tensors of a type colibri cannot read: "
+                                                 r"IQ4_NL \(1 tensor\); it reads F32, F16, BF16, Q8_0"):
+        Model(bad)
+    with pytest.raises(WeightsFormatError, match=r"unsupported tensor dtype \(F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                                                 r"Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are supported\) \(status -5\)"):
+        _engine.Engine(str(bad), **_engine_kwargs())
 
 
 def test_unsupported_metadata_is_refused_by_name(tmp_path):

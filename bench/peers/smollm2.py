@@ -34,15 +34,16 @@ def ensure_gguf() -> Path:
     return GGUF
 
 
-def ensure_hf_dir(python: Path) -> Path:
-    """The float32 HF folder, converted with PYTHON (a venv with torch, transformers>=5 and gguf)."""
-    if (HF_DIR / "model.safetensors").exists() and (HF_DIR / "config.json").exists():
-        return HF_DIR
-    gguf = ensure_gguf()
-    with step(f"model folder {HF_DIR.name} (float32, from the GGUF)"):
-        partial = HF_DIR.with_name(HF_DIR.name + ".part")
+def ensure_hf_dir(python: Path, gguf: Path | None = None, out: Path = HF_DIR) -> Path:
+    """The float32 HF folder of GGUF (default: the shipped Q4_1 file) at OUT, converted with
+    PYTHON (a venv with torch, transformers>=5 and gguf)."""
+    if (out / "model.safetensors").exists() and (out / "config.json").exists():
+        return out
+    gguf = gguf or ensure_gguf()
+    with step(f"model folder {out.name} (float32, from {gguf.name})"):
+        partial = out.with_name(out.name + ".part")
         shutil.rmtree(partial, ignore_errors=True)
         sh([python, _CONVERTER, gguf, partial], "model-install", env={"HF_HUB_OFFLINE": "1"})
-        shutil.rmtree(HF_DIR, ignore_errors=True)
-        partial.rename(HF_DIR)
-    return HF_DIR
+        shutil.rmtree(out, ignore_errors=True)
+        partial.rename(out)
+    return out

@@ -13,7 +13,10 @@ it should sit closer to the kept-quantized run than that.
 
 Usage (the peers cache must hold the model; `python bench/peers/run.py --only transformers`
 builds it):
-  PYTHONPATH=. python bench/peers/smollm2_agreement.py [--json build/bench/smollm2-agreement.json]
+  PYTHONPATH=. python bench/peers/smollm2_agreement.py [--format Q4_1] [--json build/bench/smollm2-agreement.json]
+
+`--format` takes another file llama-quantize makes from the shipped one (bench/peers/gguf_bench.py,
+e.g. Q4_K_M); its float32 folder is dequantized from that file in turn.
 
 The transformers side runs in the peers' transformers venv (it has torch), as a child process.
 """
@@ -30,6 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cachedir import CACHE  # noqa: E402
+from gguf_bench import ensure_format  # noqa: E402
+from smollm2 import ensure_hf_dir  # noqa: E402
 
 from colibri.chat_template import render  # noqa: E402
 from colibri.model import Model  # noqa: E402
@@ -134,32 +139,36 @@ LLAMA_CPP_SIDE = textwrap.dedent("""
 """)
 
 
-def llama_cpp_run(prompts: list[list[int]], seqs: list[list[int]]) -> dict:
-    done = subprocess.run([str(LLAMA_CPP_PY), "-c", LLAMA_CPP_SIDE, str(GGUF), json.dumps(prompts), str(N_TOKENS),
+def llama_cpp_run(gguf: Path, prompts: list[list[int]], seqs: list[list[int]]) -> dict:
+    done = subprocess.run([str(LLAMA_CPP_PY), "-c", LLAMA_CPP_SIDE, str(gguf), json.dumps(prompts), str(N_TOKENS),
                            json.dumps(seqs)], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def transformers_greedy() -> list[list[int]]:
-    done = subprocess.run([str(TRANSFORMERS_PY), "-c", TRANSFORMERS_SIDE, str(HF_DIR), json.dumps(PROMPTS),
+def transformers_greedy(hf_dir: Path) -> list[list[int]]:
+    done = subprocess.run([str(TRANSFORMERS_PY), "-c", TRANSFORMERS_SIDE, str(hf_dir), json.dumps(PROMPTS),
                            str(N_TOKENS)], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--format", default="Q4_1", help="the GGUF format (default Q4_1, the shipped file)")
     ap.add_argument("--json", type=Path, default=Path("build/bench/smollm2-agreement.json"))
     args = ap.parse_args()
-    gguf_model, dir_model = Model(GGUF), Model(HF_DIR)
+    fmt = args.format
+    gguf = GGUF if fmt == "Q4_1" else ensure_format(fmt)
+    hf_dir = HF_DIR if fmt == "Q4_1" else ensure_hf_dir(TRANSFORMERS_PY, gguf, gguf.parent / f"{gguf.stem}-f32")
+    gguf_model, dir_model = Model(gguf), Model(hf_dir)
     prompts = prompt_ids(gguf_model)
     reference = colibri_greedy(gguf_model)
     seqs = [p + r for p, r in zip(prompts, reference, strict=True)]
-    llama_cpp = llama_cpp_run(prompts, seqs)
-    runs = {"colibri GGUF Q4_1 (kept quantized)": reference,
-            "colibri GGUF Q4_1 expanded to F32": colibri_greedy(gguf_model, dequantize=True),
+    llama_cpp = llama_cpp_run(gguf, prompts, seqs)
+    runs = {f"colibri GGUF {fmt} (kept quantized)": reference,
+            f"colibri GGUF {fmt} expanded to F32": colibri_greedy(gguf_model, dequantize=True),
             "colibri F32 directory": colibri_greedy(dir_model),
-            "transformers F32 directory": transformers_greedy(),
-            "llama.cpp (llama-cpp-python) GGUF Q4_1": llama_cpp["greedy"]}
+            "transformers F32 directory": transformers_greedy(hf_dir),
+            f"llama.cpp (llama-cpp-python) GGUF {fmt}": llama_cpp["greedy"]}
     names = list(runs)
     rows = []
     for i, p in enumerate(PROMPTS):
