@@ -236,17 +236,16 @@ class Model:
         engine does with them."""
         if not self.gguf:
             return f"safetensors {self.weights.name}"
-        from .gguf_file import EXPANDED_TYPES, KEPT_TYPES
+        from .gguf_file import KEPT_TYPES
 
         types = ", ".join(f"{n} {t}" for t, n in self.gguf.tensor_types.items())
         kept = set(KEPT_TYPES) & set(self.gguf.tensor_types)
-        expanded = set(EXPANDED_TYPES) & set(self.gguf.tensor_types)
-        if dequantize and (kept or expanded):
-            return f"GGUF tensors {types}; expanded to F32 (--dequantize)"
-        how = [f"{'/'.join(sorted(kept))} kept as stored (block types: integer kernels on inputs rounded per "
-               "32-value block; --dequantize for exact F32)"] if kept else []
-        how += [f"{'/'.join(sorted(expanded))} expanded to F32 (no 32-value block form)"] if expanded else []
-        return "; ".join([f"GGUF tensors {types}", *how])
+        if not kept:
+            return f"GGUF tensors {types}"
+        how = "expanded to F32 (--dequantize)" if dequantize else (
+            f"{'/'.join(sorted(kept))} kept as stored (block types: integer kernels on inputs rounded per "
+            "32-value block; --dequantize for exact F32)")
+        return f"GGUF tensors {types}; {how}"
 
     def engine(self, n_slots: int = 1, n_threads: int = 0, dequantize: bool = False) -> Any:
         return open_engine(self.weights, self.config, n_slots, n_threads, dequantize)

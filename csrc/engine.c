@@ -461,23 +461,40 @@ static void unpack_block(dtype_t t, const char *src, size_t b, unsigned char q[3
  * half and sc_s an int8, q 6 bits: low nibbles in 128 bytes, high pairs in 64, the int8 scales
  * in 16, d last. Each 128-value half h takes 64 low bytes, 32 high bytes and 8 scales; in it
  * value i + 32 r (r = 0..3, i = 0..31) has the low nibble of low byte i + 32 (r % 2) (high
- * nibble when r >= 2), bits 2r, 2r+1 of high byte i, and scale (i + 32 r) / 16. Its scales
- * change every 16 values, so it has no 32-value (scale, min) form: kept matrices expand it. */
+ * nibble when r >= 2), bits 2r, 2r+1 of high byte i, and scale (i + 32 r) / 16.
+ * q6_block gives 32-value block k (0..7) of a super-block: its quants (unsigned) and the
+ * scale d * sc_s of each 16-value half (exact in float: 11 + 8 bits). */
+static void q6_block(const unsigned char *sb, int k, unsigned char q[32], float ds[2]) {
+    const int h = k / 4, r = k % 4;
+    const unsigned char *lo = sb + 64 * h + 32 * (r % 2), *hi = sb + 128 + 32 * h;
+    const int8_t *sc = (const int8_t *)(sb + 192 + 8 * h);
+    for (int i = 0; i < 32; i++) q[i] = (unsigned char)(((lo[i] >> (r >= 2 ? 4 : 0)) & 0x0f) | ((hi[i] >> (2 * r)) & 3) << 4);
+    const float d = half_at((const char *)sb + 208);
+    ds[0] = d * (float)sc[2 * r];
+    ds[1] = d * (float)sc[2 * r + 1];
+}
+
 static void q6_k_to_f32(const char *src, size_t count, float *dst) {
-    for (size_t b = 0; b < count / 256; b++) {
-        const unsigned char *sb = (const unsigned char *)src + b * 210;
-        const float d = half_at((const char *)sb + 208);
-        for (int h = 0; h < 2; h++) {
-            const unsigned char *lo = sb + 64 * h, *hi = sb + 128 + 32 * h;
-            const int8_t *sc = (const int8_t *)(sb + 192 + 8 * h);
-            float *y = dst + b * 256 + 128 * h;
-            for (int r = 0; r < 4; r++)
-                for (int i = 0; i < 32; i++) {
-                    const int low = (lo[i + 32 * (r % 2)] >> (r >= 2 ? 4 : 0)) & 0x0f, high = (hi[i] >> (2 * r)) & 3;
-                    y[i + 32 * r] = d * (float)sc[(i + 32 * r) / 16] * (float)((low | high << 4) - 32);
-                }
-        }
+    unsigned char q[32];
+    float ds[2];
+    for (size_t b = 0; b < count / 32; b++, dst += 32) {
+        q6_block((const unsigned char *)src + b / 8 * 210, (int)(b % 8), q, ds);
+        for (int j = 0; j < 32; j++) dst[j] = ds[j / 16] * (float)((int)q[j] - 32);  /* as llama.cpp rounds it */
     }
+}
+
+/* Block b in W_Q16's form: a scale and min per 16-value half. Q6_K's are d * sc_s and
+ * -32 d * sc_s (exact); a (scale, min) block type's are its own, twice. */
+static void unpack_halves(dtype_t t, const char *src, size_t b, unsigned char q[32], float scale[2], float min[2]) {
+    if (t == DT_Q6_K) {
+        q6_block((const unsigned char *)src + b / 8 * 210, (int)(b % 8), q, scale);
+        min[0] = -32.0f * scale[0];
+        min[1] = -32.0f * scale[1];
+        return;
+    }
+    unpack_block(t, src, b, q, &scale[0], &min[0]);
+    scale[1] = scale[0];
+    min[1] = min[0];
 }
 
 /* `count` values of any readable type to F32 (count a whole number of the type's blocks). */
@@ -516,15 +533,20 @@ static void to_f32(dtype_t t, const char *src, size_t count, float *dst) {
  * file's own values, exactly). W_Q4 holds 4-bit quants (Q4_0, Q4_1, Q4_K) as nibbles, 16
  * bytes a block, byte j holding value j low and value j + 16 high; W_Q8 a byte per value
  * (Q8_0, Q5_0, Q5_1, Q5_K, or a fused projection mixing those with 4-bit types). One form for every
- * block type means one kernel (qtile). Q6_K's scales change every 16 values: it expands. */
-typedef enum { W_F32, W_BF16, W_Q8, W_Q4 } wkind;
+ * block type means one kernel (qtile).
+ *
+ * W_Q16 is W_Q8 with a scale and min per 16 values (two per block), for Q6_K, whose scales
+ * change every 16 values (unpack_halves), alone or fused with other block types (a Q4_K_M
+ * file's q, k in Q4_K beside v in Q6_K); its kernel is qtile16. */
+typedef enum { W_F32, W_BF16, W_Q8, W_Q4, W_Q16 } wkind;
 
 typedef struct {
     wkind kind;
     int n, d;        /* input and output width of W (d, n) */
     void *p;         /* panels: (n_panels, n, 16) floats or bf16, 64-byte aligned; blocks: (d, n/32) quants */
-    float *scale;    /* blocks only: (d, n/32) */
-    float *min;      /* blocks only: (d, n/32) */
+    float *scale;    /* blocks only: (d, n/32); W_Q16: (d, n/16) */
+    float *min;      /* blocks only: (d, n/32); W_Q16: (d, n/16) */
+    int narrow;      /* W_Q16: every quant is below 64 (no Q8_0 part), so one 16-bit product pass is exact */
 } matrix;
 
 /* The token embedding as the file stores it (any readable type): rows are converted to F32
@@ -565,6 +587,7 @@ typedef struct {
     float *gu;       /* (cap, 2*hidden_dim): each row's gate then up projection */
     float *att;      /* (cap, n_heads, n_ctx) attention scores */
     int8_t *aq;      /* (cap, max_in): a block kernel's input rows quantized (see quantize_rows) */
+    float *ah;       /* (cap, max_in/16): each input half block's scale * the sum of its quants (W_Q16) */
     float *ad;       /* (cap rounded up to 4, max_in/32): each input block's scale, rows in fours: (r/4, block, r%4) */
     float *as;       /* (cap, max_in/32): each input block's scale * the sum of its quants */
 } scratch;
@@ -590,7 +613,7 @@ static void *xcalloc(size_t n, size_t size) { return n && size ? calloc(n, size)
 static void free_scratch(scratch *s) {
     free(s->x); free(s->xb); free(s->qkv);
     free(s->att_out); free(s->hb); free(s->gu); free(s->att);
-    free(s->aq); free(s->ad); free(s->as);
+    free(s->aq); free(s->ad); free(s->as); free(s->ah);
     memset(s, 0, sizeof *s);
 }
 
@@ -610,7 +633,9 @@ static int ensure_scratch(colibri_engine *e, int rows) {
     s->aq = xcalloc(r * e->max_in, 1);
     s->ad = xcalloc((r + 3) / 4 * 4 * e->max_in / 32, sizeof(float));
     s->as = xcalloc(r * e->max_in / 32 + 1, sizeof(float));
-    if (!s->x || !s->xb || !s->qkv || !s->att_out || !s->hb || !s->gu || !s->att || !s->aq || !s->ad || !s->as) {
+    s->ah = xcalloc(r * e->max_in / 16 + 1, sizeof(float));
+    if (!s->x || !s->xb || !s->qkv || !s->att_out || !s->hb || !s->gu || !s->att || !s->aq || !s->ad || !s->as ||
+        !s->ah) {
         free_scratch(s);
         return COLIBRI_E_NOMEM;
     }
@@ -749,7 +774,7 @@ static void panel_matmul(float *out, const float *x, const matrix *w, int rows, 
 #undef TILE_ROWS
 #undef TILE_COLS
 
-/* ---- block kernels (W_Q8, W_Q4) ----
+/* ---- block kernels (W_Q8, W_Q4, W_Q16) ----
  *
  * The input rows are quantized too, the way llama.cpp's Q8_0/Q8_1 activations are: each
  * 32-value block to int8 with scale amax/127 (nearest), keeping scale * Σq for the min term.
@@ -758,8 +783,8 @@ static void panel_matmul(float *out, const float *x, const matrix *w, int rows, 
  * The error against the dequantized F32 weights is the input rounding alone (at most half a
  * step of amax/127 per value), stated per format in tests/test_gguf.py. Input block scales
  * are stored four rows interleaved, so one vector multiply gives a weight block's scale
- * products for four rows. */
-static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, float *s) {
+ * products for four rows. W_Q16's min term takes the same sum per 16-value half (h). */
+static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, float *s, float *h) {
     const int nb = n / 32;
     for (int r = 0; r < rows; r++)
         for (int b = 0; b < nb; b++) {
@@ -768,29 +793,33 @@ static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, 
             float amax = 0.0f;
             for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
             const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, scale = amax / 127.0f;
-            int sum = 0;
+            int sum[2] = {0, 0};
             for (int j = 0; j < 32; j++) {
                 int v = (int)nearbyintf(xb[j] * inv);
                 q[blk * 32 + j] = (int8_t)v;
-                sum += v;
+                sum[j / 16] += v;
             }
             d[((size_t)(r / 4) * nb + b) * 4 + r % 4] = scale;
-            s[blk] = scale * (float)sum;
+            s[blk] = scale * (float)(sum[0] + sum[1]);
+            h[2 * blk] = scale * (float)sum[0];
+            h[2 * blk + 1] = scale * (float)sum[1];
         }
 }
 
 /* With AVX-512 VNNI a 512-bit register takes two blocks at once (lanes 0-7 block b, 8-15
  * block b + 1); with AVX2 a 256-bit register takes one; elsewhere the portable loops below
  * compute the same sums. */
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define HAVE_AVX2 1  /* W_Q16 uses it on every such machine, W_Q8/W_Q4 only without VNNI */
 #if defined(__AVX512VNNI__) && defined(__AVX512F__)
-#include <immintrin.h>
 #define QSIMD 1
-#elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
+#else
 #define QAVX2 1
 #endif
+#endif
 
-#if defined(QSIMD) || defined(QAVX2)
+#ifdef HAVE_AVX2
 static inline float hsum8(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -802,7 +831,7 @@ static inline float hsum8(__m256 v) {
 static inline float min_term(const float *wm, const float *as, int nb) {
     float t = 0.0f;
     int b = 0;
-#if defined(QSIMD) || defined(QAVX2)
+#ifdef HAVE_AVX2
     __m256 acc = _mm256_setzero_ps();
     for (; b + 8 <= nb; b += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(wm + b), _mm256_loadu_ps(as + b), acc);
     t = hsum8(acc);
@@ -857,7 +886,7 @@ static inline __attribute__((always_inline)) void qblocks(__m512 acc[2][4], cons
 }
 #endif
 
-#ifdef QAVX2
+#ifdef HAVE_AVX2
 /* Block b of a weight row as 32 unsigned bytes, values 0-31 in order. */
 static inline __attribute__((always_inline)) __m256i qweights8(const qrow *w, int b, int q4) {
     if (!q4) return _mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 32));
@@ -934,6 +963,50 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
 #endif
 }
 
+/* qtile for W_Q16: byte quants with a scale and min per 16 values, input half-block sums ah
+ * (row stride 2 nb) for the min term. Block b's two halves are lanes 0-3 and 4-7 of its int32
+ * sums, so one vector of two scales applies both. `narrow`: quants below 64, one pass exact. */
+static inline __attribute__((always_inline)) void qtile16(float *out, int d, const qrow *w, int nb, const int8_t *aq,
+                                                        const float *ad, const float *ah, int n, int narrow, int OB,
+                                                        int RB) {
+#ifdef HAVE_AVX2
+    __m256 acc[2][4];
+    for (int o = 0; o < OB; o++)
+        for (int r = 0; r < RB; r++) acc[o][r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i a[4];
+        for (int r = 0; r < RB; r++) a[r] = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
+        for (int o = 0; o < OB; o++) {
+            const __m256i wv = qweights8(&w[o], b, 0);
+            const float s0 = w[o].scale[2 * b], s1 = w[o].scale[2 * b + 1];
+            for (int r = 0; r < RB; r++) {
+                const float x = ad[(size_t)b * 4 + r];
+                const __m256 p = _mm256_cvtepi32_ps(qdot8(wv, a[r], narrow));
+                acc[o][r] = _mm256_fmadd_ps(p, _mm256_set_m128(_mm_set1_ps(s1 * x), _mm_set1_ps(s0 * x)), acc[o][r]);
+            }
+        }
+    }
+    for (int o = 0; o < OB; o++)
+        for (int r = 0; r < RB; r++)
+            out[o + (size_t)r * d] = hsum8(acc[o][r]) + min_term(w[o].min, ah + (size_t)r * 2 * nb, 2 * nb);
+#else
+    (void)narrow;
+    for (int o = 0; o < OB; o++)
+        for (int r = 0; r < RB; r++) {
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                const unsigned char *wq = w[o].q + (size_t)b * 32;
+                const int8_t *a = aq + (size_t)r * n + (size_t)b * 32;
+                int32_t dot[2] = {0, 0};
+                for (int j = 0; j < 32; j++) dot[j / 16] += wq[j] * a[j];
+                const float x = ad[(size_t)b * 4 + r];
+                acc += (float)dot[0] * (w[o].scale[2 * b] * x) + (float)dot[1] * (w[o].scale[2 * b + 1] * x);
+            }
+            out[o + (size_t)r * d] = acc + min_term(w[o].min, ah + (size_t)r * 2 * nb, 2 * nb);
+        }
+#endif
+}
+
 #define QTILE_ROWS(Q4, OB)                                                                                  \
     switch (rb) {                                                                                           \
     case 4: qtile(o, d, w2, nb, aq, ad, as, n, Q4, OB, 4); break;                                           \
@@ -942,6 +1015,14 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
     default: qtile(o, d, w2, nb, aq, ad, as, n, Q4, OB, 1); break;                                          \
     }
 #define QTILE(Q4) if (ob == 2) { QTILE_ROWS(Q4, 2) } else { QTILE_ROWS(Q4, 1) }
+#define QTILE16_ROWS(NARROW, OB)                                                                            \
+    switch (rb) {                                                                                           \
+    case 4: qtile16(o, d, w2, nb, aq, ad, ah, n, NARROW, OB, 4); break;                                     \
+    case 3: qtile16(o, d, w2, nb, aq, ad, ah, n, NARROW, OB, 3); break;                                     \
+    case 2: qtile16(o, d, w2, nb, aq, ad, ah, n, NARROW, OB, 2); break;                                     \
+    default: qtile16(o, d, w2, nb, aq, ad, ah, n, NARROW, OB, 1); break;                                    \
+    }
+#define QTILE16(NARROW) if (ob == 2) { QTILE16_ROWS(NARROW, 2) } else { QTILE16_ROWS(NARROW, 1) }
 
 /* Output rows per work item: a group's blocks stay in cache while the input rows pass by. */
 #define QGROUP 16
@@ -952,8 +1033,9 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
  * two at a time against the input rows four at a time. */
 static void block_matmul(float *out, const float *x, const matrix *w, int rows, int threads, scratch *s) {
     const int n = w->n, d = w->d, nb = n / 32, q4 = w->kind == W_Q4, n_groups = (d + QGROUP - 1) / QGROUP;
+    const int half = w->kind == W_Q16, ns = half ? 2 * nb : nb;  /* scales (and mins) per weight row */
     const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
-    quantize_rows(x, rows, n, s->aq, s->ad, s->as);
+    quantize_rows(x, rows, n, s->aq, s->ad, s->as, s->ah);
     int g;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
     for (g = 0; g < n_groups; g++) {
@@ -962,32 +1044,37 @@ static void block_matmul(float *out, const float *x, const matrix *w, int rows, 
             const int rb = rows - r < 4 ? rows - r : 4;
             const int8_t *aq = s->aq + (size_t)r * n;
             const float *ad = s->ad + (size_t)r * nb, *as = s->as + (size_t)r * nb;  /* r is a multiple of 4 */
+            const float *ah = s->ah + (size_t)r * 2 * nb;
             for (int row = g * QGROUP; row < o_end; row += 2) {
                 const int ob = o_end - row < 2 ? o_end - row : 2;
                 qrow w2[2];
                 for (int i = 0; i < ob; i++)
                     w2[i] = (qrow){(const unsigned char *)w->p + (size_t)(row + i) * qbytes,
-                                   w->scale + (size_t)(row + i) * nb, w->min + (size_t)(row + i) * nb};
+                                   w->scale + (size_t)(row + i) * ns, w->min + (size_t)(row + i) * ns};
                 if (row + QPREFETCH + ob <= d) {  /* decode streams W from memory once: ask for it early */
                     const char *ahead[3] = {(const char *)w2[0].q + QPREFETCH * qbytes,
-                                            (const char *)(w2[0].scale + QPREFETCH * (size_t)nb),
-                                            (const char *)(w2[0].min + QPREFETCH * (size_t)nb)};
-                    const size_t len[3] = {ob * qbytes, ob * nb * sizeof(float), ob * nb * sizeof(float)};
+                                            (const char *)(w2[0].scale + QPREFETCH * (size_t)ns),
+                                            (const char *)(w2[0].min + QPREFETCH * (size_t)ns)};
+                    const size_t len[3] = {ob * qbytes, ob * ns * sizeof(float), ob * ns * sizeof(float)};
                     for (int k = 0; k < 3; k++)
                         for (size_t off = 0; off < len[k]; off += 64) __builtin_prefetch(ahead[k] + off);
                 }
                 float *o = out + (size_t)r * d + row;
-                if (q4) { QTILE(1) } else { QTILE(0) }
+                if (half) {
+                    if (w->narrow) { QTILE16(1) } else { QTILE16(0) }
+                } else if (q4) { QTILE(1) } else { QTILE(0) }
             }
         }
     }
 }
 #undef QTILE
 #undef QTILE_ROWS
+#undef QTILE16
+#undef QTILE16_ROWS
 
 /* out (rows, d) = x (rows, n) @ W^T, whatever form W is kept in. */
 static void matmul(colibri_engine *e, float *out, const float *x, const matrix *w, int rows) {
-    if (w->kind == W_Q8 || w->kind == W_Q4) block_matmul(out, x, w, rows, e->n_threads, &e->s);
+    if (w->kind == W_Q8 || w->kind == W_Q4 || w->kind == W_Q16) block_matmul(out, x, w, rows, e->n_threads, &e->s);
     else panel_matmul(out, x, w, rows, e->n_threads);
 }
 
@@ -1396,18 +1483,22 @@ static int bind_packed(colibri_engine *e, const tensor_info *ts, int nt, const c
 static int blockable(dtype_t t) { return t >= DT_Q8_0 && t <= DT_Q5_K; }
 static int four_bit(dtype_t t) { return t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q4_K; }
 
-/* Copies the named block-type tensors (each (d_of[i], n), of blockable types) stacked into a
- * W_Q4 matrix if all are 4-bit, else W_Q8 (see `matrix`), releasing the file's pages as it goes. */
+/* Copies the named block-type tensors (each (d_of[i], n), of blockable types or Q6_K) stacked
+ * into one block matrix (see `matrix`): W_Q16 if any is Q6_K, else W_Q4 if all are 4-bit, else
+ * W_Q8; the file's pages are released as it goes. */
 static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const char *const *src, const long *d_of,
                        int n_src, long n, matrix *out) {
     long d = 0;
-    int q4 = 1;
+    int q4 = 1, half = 0, narrow = 1;
     for (int i = 0; i < n_src; i++) {
         d += d_of[i];
         q4 = q4 && four_bit(tsr[i]->dtype);
+        half = half || tsr[i]->dtype == DT_Q6_K;
+        narrow = narrow && tsr[i]->dtype != DT_Q8_0;
     }
-    const int qbytes = q4 ? 16 : 32;
-    const size_t nb = (size_t)n / 32, quants = (size_t)d * nb * qbytes, floats = (size_t)d * nb;
+    q4 = q4 && !half;
+    const int qbytes = q4 ? 16 : 32, per = half ? 2 : 1;
+    const size_t nb = (size_t)n / 32, quants = (size_t)d * nb * qbytes, floats = (size_t)d * nb * per;
     size_t size = (quants + 2 * floats * sizeof(float) + 63) / 64 * 64;
     char *p = aligned_alloc(64, size);
     if (!p) return COLIBRI_E_NOMEM;
@@ -1417,7 +1508,10 @@ static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const c
     for (int i = 0; i < n_src; i++) {
         for (size_t b = 0; b < (size_t)d_of[i] * nb; b++, blk++) {
             unsigned char *qo = q + blk * qbytes;
-            unpack_block(tsr[i]->dtype, src[i], b, v, &scale[blk], &min[blk]);
+            if (half)
+                unpack_halves(tsr[i]->dtype, src[i], b, v, &scale[2 * blk], &min[2 * blk]);
+            else
+                unpack_block(tsr[i]->dtype, src[i], b, v, &scale[blk], &min[blk]);
             if (q4)
                 for (int j = 0; j < 16; j++) qo[j] = (unsigned char)(v[j] | v[j + 16] << 4);
             else
@@ -1426,13 +1520,14 @@ static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const c
         release_pages(e, src[i], (size_t)(tsr[i]->end - tsr[i]->begin));
     }
     e->owned[e->n_owned++] = (float *)p;
-    *out = (matrix){.kind = q4 ? W_Q4 : W_Q8, .n = (int)n, .d = (int)d, .p = p, .scale = scale, .min = min};
+    *out = (matrix){.kind = half ? W_Q16 : q4 ? W_Q4 : W_Q8, .n = (int)n, .d = (int)d, .p = p, .scale = scale,
+                    .min = min, .narrow = narrow};
     return COLIBRI_OK;
 }
 
 /* Binds a (possibly fused) projection in the best form its tensors allow: block types stay
- * quantized when every part is blockable, BF16 stays BF16 when every part is; anything else
- * (Q6_K, mixed float and block types) or cfg.dequantize set becomes F32 panels. */
+ * quantized when every part is one, BF16 stays BF16 when every part is; anything else (mixed
+ * float and block types) or cfg.dequantize set becomes F32 panels. */
 static int bind_matrix(colibri_engine *e, const tensor_info *ts, int nt, const char *data, size_t data_size,
                        const char *const *names, const long *d_of, int n_src, long n, matrix *out) {
     const tensor_info *t[3];
@@ -1441,7 +1536,7 @@ static int bind_matrix(colibri_engine *e, const tensor_info *ts, int nt, const c
     for (int i = 0; i < n_src; i++) {
         int rc = locate(ts, nt, data, data_size, names[i], d_of[i], n, &t[i], &src[i]);
         if (rc) return rc;
-        blocks = blocks && blockable(t[i]->dtype);
+        blocks = blocks && (blockable(t[i]->dtype) || t[i]->dtype == DT_Q6_K);
         bf16 = bf16 && t[i]->dtype == DT_BF16;
     }
     if (blocks) return bind_blocks(e, t, src, d_of, n_src, n, out);

@@ -9,9 +9,9 @@
  * grouped-query attention, SwiGLU MLP, tied or untied output embedding. Weights come from
  * one safetensors or GGUF file. F32 and F16 matrices compute in F32; BF16 matrices stay
  * BF16 and widen to F32 in the kernel (identical results); GGUF block types (Q8_0, Q4_0,
- * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K) stay quantized and multiply integer dot products against inputs quantized
- * per 32-value block (see engine.c: block kernels); Q6_K, whose scales change every 16 values,
- * is expanded to F32. Norms, attention and logits are F32.
+ * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay quantized and multiply integer dot products against
+ * inputs quantized per 32-value block (see engine.c: block kernels). Norms, attention and
+ * logits are F32.
  *
  * KV slots: 1..16 independent sequences, each with its token history. A prefill compares
  * the prompt with the slot's history and computes only the new suffix (prefix reuse). A
@@ -63,8 +63,8 @@ typedef struct {
     /* head_dim/2 RoPE inverse frequencies (a scaled RoPE, e.g. Llama 3's), read by
      * colibri_load only; NULL: rope_theta^(-2i/head_dim). */
     const float *rope_inv_freq;
-    /* 0: GGUF block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K) stay quantized and BF16
-     * stays BF16 (Q6_K is expanded either way);
+    /* 0: GGUF block types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay quantized and
+     * BF16 stays BF16;
      * 1: every tensor is expanded to F32 at load (the exact reference the quantized kernels
      * are measured against, at 2-8x the memory). */
     int dequantize;

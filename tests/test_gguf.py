@@ -207,9 +207,11 @@ def test_block_kernels_compute_the_weights_against_block_rounded_inputs(tmp_path
 
 # The error a block format adds over its own dequantized weights is the input rounding alone.
 # Stated bound on this random 2-layer model (relative RMS of all logits against the exact F32
-# computation; measured 3.4% Q8_0, 3.3% Q4_0, 3.1% Q4_1, 3.5% Q5_0, 3.7% Q5_1; 2.3% for the wider
-# Q4_K_M-like mix below); BENCHMARKS.md gives SmolLM2's figures.
+# computation; measured 3.4% Q8_0, 3.3% Q4_0, 3.1% Q4_1, 3.5% Q5_0, 3.7% Q5_1); BENCHMARKS.md gives
+# SmolLM2's figures. The K types' wider model (below) rounds wider inputs: measured 5.3% Q4_K,
+# 5.4% Q5_K, 5.9% Q6_K, 6.8% the Q4_K_M-like mix.
 BLOCK_ERROR_BOUND = 0.05
+K_BLOCK_ERROR_BOUND = 0.10
 
 
 @pytest.mark.parametrize("qtype", BLOCK_TYPES)
@@ -222,11 +224,11 @@ def test_block_formats_stay_within_their_stated_error_of_the_dequantized_weights
     assert 0 < rel < BLOCK_ERROR_BOUND  # 0 would mean the weights were expanded, not kept
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.BF16, Q.Q4_K])
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.BF16, Q.Q4_K, Q.Q6_K])
 def test_kept_formats_give_batched_rows_bit_identical_to_single_slot_steps(tmp_path, qtype):
     """As for F32 panels: a row's logits never depend on which other rows share the step, and
     a prefill reusing a cached prefix gives what a fresh prefill gives."""
-    path, _ = write_k_gguf(tmp_path, qtype) if qtype == Q.Q4_K else write_gguf(tmp_path, qtype)
+    path, _ = write_k_gguf(tmp_path, qtype) if qtype in (Q.Q4_K, Q.Q6_K) else write_gguf(tmp_path, qtype)
     model = Model(path)
     prompts = [_tokens(s, 7 + s) for s in range(4)]
     batch = model.engine(4, 2)
@@ -268,10 +270,11 @@ def test_k_quant_logits_equal_the_reference_on_llama_cpp_s_own_dequantization(tm
     assert float(np.max(np.abs(logits - want))) < 1e-5 * float(np.max(np.abs(want)))
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K])
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
 def test_k_quants_stay_quantized_and_compute_against_block_rounded_inputs(tmp_path, qtype):
-    """Q4_K and Q5_K are kept as blocks (their sub-block scale and min are exact floats), so the
-    block kernel's only error is the input rounding, as for Q4_1 (see the test above)."""
+    """K types are kept as blocks (a sub-block's scale and min are exact floats; Q6_K's change
+    every 16 values and get a scale and min per half block), so the block kernel's only error is
+    the input rounding, as for Q4_1 (see the test above)."""
     path, ref_dir = write_k_gguf(tmp_path, qtype)
     eng = Model(path).engine(1, 2)
     ref = ReferenceLlama(ref_dir)
@@ -288,23 +291,23 @@ def test_k_quants_stay_quantized_and_compute_against_block_rounded_inputs(tmp_pa
     assert not np.array_equal(kept, plain)  # kept, not expanded
 
 
-def test_q6_k_is_expanded_exactly_and_a_q4_k_m_mix_loads(tmp_path):
-    """Q6_K's scales change every 16 values, so it has no 32-value block form: kept or not it
-    computes exactly what the F32 expansion computes. A Q4_K_M-like mix (Q4_K with attn_v,
-    ffn_down and the embedding in Q6_K) keeps what it can and stays within the block error."""
-    path, _ = write_k_gguf(tmp_path / "q6", Q.Q6_K)
-    toks = _tokens(6)
-    _, kept = Model(path).engine(1, 2).prefill(0, toks, all_logits=True)
-    _, expanded = Model(path).engine(1, 2, dequantize=True).prefill(0, toks, all_logits=True)
-    assert np.array_equal(kept, expanded)
-    path, ref_dir = write_k_gguf(tmp_path / "mix", Q.Q4_K, mix=K_MIXED)
+def test_a_q4_k_m_mix_stays_quantized_within_the_block_error(tmp_path):
+    """A Q4_K_M-like mix (Q4_K, with attn_v, ffn_down and the embedding in Q6_K) fuses q and k
+    (Q4_K) with v (Q6_K) into one block matrix with a scale per half block: it matches the
+    block-rounded reference like a single type, and stays within the stated block error."""
+    path, ref_dir = write_k_gguf(tmp_path, Q.Q4_K, mix=K_MIXED)
     model = Model(path)
     assert model.gguf.tensor_types == {"Q4_K": 10, "Q6_K": 5, "F32": 5}
-    _, logits = model.engine(1, 2).prefill(0, toks, all_logits=True)
-    want = ReferenceLlama(ref_dir).logits(toks)
+    eng = model.engine(1, 2)
+    ref = ReferenceLlama(ref_dir)
+    toks = _tokens(6)
+    _, logits = eng.prefill(0, toks, all_logits=True)
+    err = np.max(np.abs(logits - ref.logits(toks, quantized_inputs=True)), axis=1)
+    assert int(np.sum(err < 1e-4)) >= len(toks) * 2 // 3
+    want = ref.logits(toks)
     rel = float(np.linalg.norm(logits - want) / np.linalg.norm(want))
-    assert 0 < rel < BLOCK_ERROR_BOUND
-    assert "Q4_K kept as stored" in model.weights_note() and "Q6_K expanded to F32" in model.weights_note()
+    assert 0 < rel < K_BLOCK_ERROR_BOUND
+    assert "Q4_K/Q6_K kept as stored" in model.weights_note()
 
 
 def test_untied_output_projection(tmp_path):
