@@ -913,9 +913,14 @@ static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a,
  * stride nb). Each weight block is unpacked once for all RB rows and each input block loaded
  * once for both weight rows. Every output is the same sequence of operations whatever OB and
  * RB are, so a batched decode gives bit-identical rows to a single one. */
+/* `form`: QF_NIBBLES (W_Q4), QF_NARROW (W_Q8 with every quant below 64: one 16-bit pass is
+ * exact with AVX2) or QF_WIDE (W_Q8 holding Q8_0). */
+enum { QF_WIDE, QF_NIBBLES, QF_NARROW };
+
 static inline __attribute__((always_inline)) void qtile(float *out, int d, const qrow *w, int nb, const int8_t *aq,
-                                                      const float *ad, const float *as, int n, int q4, int OB,
+                                                      const float *ad, const float *as, int n, int form, int OB,
                                                       int RB) {
+    const int q4 = form == QF_NIBBLES;
 #ifdef QSIMD
     __m512 acc[2][4];
     for (int o = 0; o < OB; o++)
@@ -935,15 +940,25 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
         for (int r = 0; r < RB; r++) a[r] = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
         for (int o = 0; o < OB; o++) {
             const __m256i wv = qweights8(&w[o], b, q4);
+            /* QF_WIDE: q - 128 is the file's signed byte; |q - 128| x a with a's sign moved onto it
+             * stays within int16 (128 x 127 x 2), and the 128 Σa it leaves out is added below as
+             * 128 Σ_b scale_b (scale_a Σa_b). */
+            const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80)), wabs = _mm256_abs_epi8(ws);
             for (int r = 0; r < RB; r++) {
-                const __m256 p = _mm256_cvtepi32_ps(qdot8(wv, a[r], q4));
-                acc[o][r] = _mm256_fmadd_ps(p, _mm256_set1_ps(w[o].scale[b] * ad[(size_t)b * 4 + r]), acc[o][r]);
+                const __m256i dot = form == QF_WIDE
+                    ? _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a[r], ws)), _mm256_set1_epi16(1))
+                    : qdot8(wv, a[r], 1);
+                acc[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                            _mm256_set1_ps(w[o].scale[b] * ad[(size_t)b * 4 + r]), acc[o][r]);
             }
         }
     }
     for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++)
-            out[o + (size_t)r * d] = hsum8(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
+        for (int r = 0; r < RB; r++) {
+            float t = hsum8(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
+            if (form == QF_WIDE) t += 128.0f * min_term(w[o].scale, as + (size_t)r * nb, nb);
+            out[o + (size_t)r * d] = t;
+        }
 #else
     for (int o = 0; o < OB; o++)
         for (int r = 0; r < RB; r++) {
@@ -1007,14 +1022,14 @@ static inline __attribute__((always_inline)) void qtile16(float *out, int d, con
 #endif
 }
 
-#define QTILE_ROWS(Q4, OB)                                                                                  \
+#define QTILE_ROWS(FORM, OB)                                                                                \
     switch (rb) {                                                                                           \
-    case 4: qtile(o, d, w2, nb, aq, ad, as, n, Q4, OB, 4); break;                                           \
-    case 3: qtile(o, d, w2, nb, aq, ad, as, n, Q4, OB, 3); break;                                           \
-    case 2: qtile(o, d, w2, nb, aq, ad, as, n, Q4, OB, 2); break;                                           \
-    default: qtile(o, d, w2, nb, aq, ad, as, n, Q4, OB, 1); break;                                          \
+    case 4: qtile(o, d, w2, nb, aq, ad, as, n, FORM, OB, 4); break;                                         \
+    case 3: qtile(o, d, w2, nb, aq, ad, as, n, FORM, OB, 3); break;                                         \
+    case 2: qtile(o, d, w2, nb, aq, ad, as, n, FORM, OB, 2); break;                                         \
+    default: qtile(o, d, w2, nb, aq, ad, as, n, FORM, OB, 1); break;                                        \
     }
-#define QTILE(Q4) if (ob == 2) { QTILE_ROWS(Q4, 2) } else { QTILE_ROWS(Q4, 1) }
+#define QTILE(FORM) if (ob == 2) { QTILE_ROWS(FORM, 2) } else { QTILE_ROWS(FORM, 1) }
 #define QTILE16_ROWS(NARROW, OB)                                                                            \
     switch (rb) {                                                                                           \
     case 4: qtile16(o, d, w2, nb, aq, ad, ah, n, NARROW, OB, 4); break;                                     \
@@ -1062,7 +1077,13 @@ static void block_matmul(float *out, const float *x, const matrix *w, int rows, 
                 float *o = out + (size_t)r * d + row;
                 if (half) {
                     if (w->narrow) { QTILE16(1) } else { QTILE16(0) }
-                } else if (q4) { QTILE(1) } else { QTILE(0) }
+                } else if (q4) {
+                    QTILE(QF_NIBBLES)
+                } else if (w->narrow) {
+                    QTILE(QF_NARROW)
+                } else {
+                    QTILE(QF_WIDE)
+                }
             }
         }
     }
