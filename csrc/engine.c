@@ -894,6 +894,16 @@ static inline __attribute__((always_inline)) __m256i qweights8(const qrow *w, in
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), low), _mm_and_si128(x, low));
 }
 
+static inline __attribute__((always_inline)) void zero_tile(__m256 acc[2][4], int OB, int RB) {
+    for (int o = 0; o < OB; o++)
+        for (int r = 0; r < RB; r++) acc[o][r] = _mm256_setzero_ps();
+}
+
+/* Block b of RB quantized input rows (row stride n). */
+static inline __attribute__((always_inline)) void input_blocks(__m256i a[4], const int8_t *aq, int n, int b, int RB) {
+    for (int r = 0; r < RB; r++) a[r] = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
+}
+
 /* Σ_j w_j a_j over one block as eight int32 partial sums (w unsigned bytes, a int8). AVX2 has
  * no u8 x s8 -> i32 instruction: maddubs makes int16 pair sums, which saturate past 32767, so
  * a byte weight (up to 255 x 128 x 2) is split into its nibbles, each product then at most
@@ -933,11 +943,10 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
             out[o + (size_t)r * d] = _mm512_reduce_add_ps(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
 #elif defined(QAVX2)
     __m256 acc[2][4];
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) acc[o][r] = _mm256_setzero_ps();
+    zero_tile(acc, OB, RB);
     for (int b = 0; b < nb; b++) {
         __m256i a[4];
-        for (int r = 0; r < RB; r++) a[r] = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
+        input_blocks(a, aq, n, b, RB);
         for (int o = 0; o < OB; o++) {
             const __m256i wv = qweights8(&w[o], b, q4);
             /* QF_WIDE: q - 128 is the file's signed byte; |q - 128| x a with a's sign moved onto it
@@ -986,11 +995,10 @@ static inline __attribute__((always_inline)) void qtile16(float *out, int d, con
                                                         int RB) {
 #ifdef HAVE_AVX2
     __m256 acc[2][4];
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) acc[o][r] = _mm256_setzero_ps();
+    zero_tile(acc, OB, RB);
     for (int b = 0; b < nb; b++) {
         __m256i a[4];
-        for (int r = 0; r < RB; r++) a[r] = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
+        input_blocks(a, aq, n, b, RB);
         for (int o = 0; o < OB; o++) {
             const __m256i wv = qweights8(&w[o], b, 0);
             const float s0 = w[o].scale[2 * b], s1 = w[o].scale[2 * b + 1];
@@ -1022,22 +1030,16 @@ static inline __attribute__((always_inline)) void qtile16(float *out, int d, con
 #endif
 }
 
-#define QTILE_ROWS(FORM, OB)                                                                                \
+/* A tile kernel (qtile or qtile16, with its input sums and mode) for the current ob x rb tile,
+ * each shape its own inlined copy. */
+#define QTILE_ROWS(FN, SUMS, MODE, OB)                                                                      \
     switch (rb) {                                                                                           \
-    case 4: qtile(o, d, w2, nb, aq, ad, as, n, FORM, OB, 4); break;                                         \
-    case 3: qtile(o, d, w2, nb, aq, ad, as, n, FORM, OB, 3); break;                                         \
-    case 2: qtile(o, d, w2, nb, aq, ad, as, n, FORM, OB, 2); break;                                         \
-    default: qtile(o, d, w2, nb, aq, ad, as, n, FORM, OB, 1); break;                                        \
+    case 4: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 4); break;                                          \
+    case 3: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 3); break;                                          \
+    case 2: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 2); break;                                          \
+    default: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 1); break;                                         \
     }
-#define QTILE(FORM) if (ob == 2) { QTILE_ROWS(FORM, 2) } else { QTILE_ROWS(FORM, 1) }
-#define QTILE16_ROWS(NARROW, OB)                                                                            \
-    switch (rb) {                                                                                           \
-    case 4: qtile16(o, d, w2, nb, aq, ad, ah, n, NARROW, OB, 4); break;                                     \
-    case 3: qtile16(o, d, w2, nb, aq, ad, ah, n, NARROW, OB, 3); break;                                     \
-    case 2: qtile16(o, d, w2, nb, aq, ad, ah, n, NARROW, OB, 2); break;                                     \
-    default: qtile16(o, d, w2, nb, aq, ad, ah, n, NARROW, OB, 1); break;                                    \
-    }
-#define QTILE16(NARROW) if (ob == 2) { QTILE16_ROWS(NARROW, 2) } else { QTILE16_ROWS(NARROW, 1) }
+#define QTILE(FN, SUMS, MODE) if (ob == 2) { QTILE_ROWS(FN, SUMS, MODE, 2) } else { QTILE_ROWS(FN, SUMS, MODE, 1) }
 
 /* Output rows per work item: a group's blocks stay in cache while the input rows pass by. */
 #define QGROUP 16
@@ -1076,13 +1078,13 @@ static void block_matmul(float *out, const float *x, const matrix *w, int rows, 
                 }
                 float *o = out + (size_t)r * d + row;
                 if (half) {
-                    if (w->narrow) { QTILE16(1) } else { QTILE16(0) }
+                    if (w->narrow) { QTILE(qtile16, ah, 1) } else { QTILE(qtile16, ah, 0) }
                 } else if (q4) {
-                    QTILE(QF_NIBBLES)
+                    QTILE(qtile, as, QF_NIBBLES)
                 } else if (w->narrow) {
-                    QTILE(QF_NARROW)
+                    QTILE(qtile, as, QF_NARROW)
                 } else {
-                    QTILE(QF_WIDE)
+                    QTILE(qtile, as, QF_WIDE)
                 }
             }
         }
@@ -1090,8 +1092,6 @@ static void block_matmul(float *out, const float *x, const matrix *w, int rows, 
 }
 #undef QTILE
 #undef QTILE_ROWS
-#undef QTILE16
-#undef QTILE16_ROWS
 
 /* out (rows, d) = x (rows, n) @ W^T, whatever form W is kept in. */
 static void matmul(colibri_engine *e, float *out, const float *x, const matrix *w, int rows) {
