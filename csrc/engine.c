@@ -546,7 +546,7 @@ typedef struct {
     void *p;         /* panels: (n_panels, n, 16) floats or bf16, 64-byte aligned; blocks: (d, n/32) quants */
     float *scale;    /* blocks only: (d, n/32); W_Q16: (d, n/16) */
     float *min;      /* blocks only: (d, n/32); W_Q16: (d, n/16) */
-    int narrow;      /* W_Q16: every quant is below 64 (no Q8_0 part), so one 16-bit product pass is exact */
+    int narrow;      /* blocks: every quant is below 64 (no Q8_0 part), so one 16-bit product pass is exact */
 } matrix;
 
 /* The token embedding as the file stores it (any readable type): rows are converted to F32
@@ -905,12 +905,12 @@ static inline __attribute__((always_inline)) void input_blocks(__m256i a[4], con
 }
 
 /* Σ_j w_j a_j over one block as eight int32 partial sums (w unsigned bytes, a int8). AVX2 has
- * no u8 x s8 -> i32 instruction: maddubs makes int16 pair sums, which saturate past 32767, so
- * a byte weight (up to 255 x 128 x 2) is split into its nibbles, each product then at most
- * 15 x 128 x 2, and the high half's sum shifted back; 4-bit weights need one pass. Exact. */
-static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a, int q4) {
+ * no u8 x s8 -> i32 instruction: maddubs makes int16 pair sums, which saturate past 32767.
+ * Weights below 64 cannot reach it (63 x 127 x 2): one pass. A byte weight can (255 x 127 x 2),
+ * so it is split into its nibbles and the high half's sum shifted back. Exact either way. */
+static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a, int one_pass) {
     const __m256i ones = _mm256_set1_epi16(1);
-    if (q4) return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones);
+    if (one_pass) return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones);
     const __m256i low = _mm256_set1_epi8(0x0f);
     const __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(w, low), a), ones);
     const __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), low), a), ones);
@@ -918,14 +918,15 @@ static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a,
 }
 #endif
 
+/* How qtile reads a weight block: QF_NIBBLES (W_Q4), QF_NARROW (W_Q8 with every quant below
+ * 64: one 16-bit pass is exact with AVX2) or QF_WIDE (W_Q8 holding Q8_0). */
+enum { QF_WIDE, QF_NIBBLES, QF_NARROW };
+
 /* out[o + r * d] = weight row o · input row r for OB (1 or 2) weight rows and RB (1..4) input
  * rows: quants aq (row stride n), block scales ad (four rows interleaved), sums as (row
  * stride nb). Each weight block is unpacked once for all RB rows and each input block loaded
  * once for both weight rows. Every output is the same sequence of operations whatever OB and
  * RB are, so a batched decode gives bit-identical rows to a single one. */
-/* `form`: QF_NIBBLES (W_Q4), QF_NARROW (W_Q8 with every quant below 64: one 16-bit pass is
- * exact with AVX2) or QF_WIDE (W_Q8 holding Q8_0). */
-enum { QF_WIDE, QF_NIBBLES, QF_NARROW };
 
 static inline __attribute__((always_inline)) void qtile(float *out, int d, const qrow *w, int nb, const int8_t *aq,
                                                       const float *ad, const float *as, int n, int form, int OB,
