@@ -904,23 +904,55 @@ static inline __attribute__((always_inline)) void input_blocks(__m256i a[4], con
     for (int r = 0; r < RB; r++) a[r] = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
 }
 
-/* Σ_j w_j a_j over one block as eight int32 partial sums (w unsigned bytes, a int8). AVX2 has
- * no u8 x s8 -> i32 instruction: maddubs makes int16 pair sums, which saturate past 32767.
- * Weights below 64 cannot reach it (63 x 127 x 2): one pass. A byte weight can (255 x 127 x 2),
- * so it is split into its nibbles and the high half's sum shifted back. Exact either way. */
-static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a, int one_pass) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    if (one_pass) return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), ones);
-    const __m256i low = _mm256_set1_epi8(0x0f);
-    const __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(w, low), a), ones);
-    const __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), low), a), ones);
-    return _mm256_add_epi32(lo, _mm256_slli_epi32(hi, 4));
+/* Σ_j w_j a_j over one block as eight int32 partial sums (w unsigned bytes, a int8).
+ * AVX2 has no u8 x s8 -> i32 instruction: maddubs makes int16 pair sums, which saturate past
+ * 32767, so this is exact only for weights that cannot reach it (qtile_avx2 says which). */
+static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
 }
 #endif
 
-/* How qtile reads a weight block: QF_NIBBLES (W_Q4), QF_NARROW (W_Q8 with every quant below
- * 64: one 16-bit pass is exact with AVX2) or QF_WIDE (W_Q8 holding Q8_0). */
+/* How the tile kernels read a weight block: QF_NIBBLES (W_Q4), QF_NARROW (W_Q8 or W_Q16 with
+ * every quant below 64: one 16-bit pass is exact with AVX2) or QF_WIDE (a Q8_0 part). */
 enum { QF_WIDE, QF_NIBBLES, QF_NARROW };
+
+#ifdef HAVE_AVX2
+/* The AVX2 tile (see qtile) for W_Q4/W_Q8 (half = 0: a scale and min per block, input sums per
+ * block) and W_Q16 (half = 1: per 16 values, input sums per half block). A block's 32 products
+ * land in eight int32 lanes, lanes 0-3 from values 0-15, so one vector holding each half's scale
+ * applies both. Weights below 64 take one 16-bit pass. QF_WIDE bytes (Q8_0's int8 + 128) could
+ * saturate it: q - 128 is multiplied instead, its magnitude against the input with its sign
+ * moved onto the input (at most 128 x 127 x 2), and the 128 Σa left out is added at the end as
+ * 128 Σ scale (scale_a Σa) over the blocks or halves. */
+static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, const qrow *w, int nb,
+                                                           const int8_t *aq, const float *ad, const float *sums, int n,
+                                                           int form, int half, int OB, int RB) {
+    const int ns = half ? 2 * nb : nb;  /* scales, mins and input sums per row */
+    __m256 acc[2][4];
+    zero_tile(acc, OB, RB);
+    for (int b = 0; b < nb; b++) {
+        __m256i a[4];
+        input_blocks(a, aq, n, b, RB);
+        for (int o = 0; o < OB; o++) {
+            const __m256i wv = qweights8(&w[o], b, form == QF_NIBBLES);
+            const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80)), wabs = _mm256_abs_epi8(ws);
+            const float s0 = w[o].scale[half ? 2 * b : b], s1 = w[o].scale[half ? 2 * b + 1 : b];
+            for (int r = 0; r < RB; r++) {
+                const float x = ad[(size_t)b * 4 + r];
+                const __m256i dot = form == QF_WIDE ? qdot8(wabs, _mm256_sign_epi8(a[r], ws)) : qdot8(wv, a[r]);
+                acc[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                            _mm256_set_m128(_mm_set1_ps(s1 * x), _mm_set1_ps(s0 * x)), acc[o][r]);
+            }
+        }
+    }
+    for (int o = 0; o < OB; o++)
+        for (int r = 0; r < RB; r++) {
+            float t = hsum8(acc[o][r]) + min_term(w[o].min, sums + (size_t)r * ns, ns);
+            if (form == QF_WIDE) t += 128.0f * min_term(w[o].scale, sums + (size_t)r * ns, ns);
+            out[o + (size_t)r * d] = t;
+        }
+}
+#endif
 
 /* out[o + r * d] = weight row o · input row r for OB (1 or 2) weight rows and RB (1..4) input
  * rows: quants aq (row stride n), block scales ad (four rows interleaved), sums as (row
@@ -943,32 +975,8 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
         for (int r = 0; r < RB; r++)
             out[o + (size_t)r * d] = _mm512_reduce_add_ps(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
 #elif defined(QAVX2)
-    __m256 acc[2][4];
-    zero_tile(acc, OB, RB);
-    for (int b = 0; b < nb; b++) {
-        __m256i a[4];
-        input_blocks(a, aq, n, b, RB);
-        for (int o = 0; o < OB; o++) {
-            const __m256i wv = qweights8(&w[o], b, q4);
-            /* QF_WIDE: q - 128 is the file's signed byte; |q - 128| x a with a's sign moved onto it
-             * stays within int16 (128 x 127 x 2), and the 128 Σa it leaves out is added below as
-             * 128 Σ_b scale_b (scale_a Σa_b). */
-            const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80)), wabs = _mm256_abs_epi8(ws);
-            for (int r = 0; r < RB; r++) {
-                const __m256i dot = form == QF_WIDE
-                    ? _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a[r], ws)), _mm256_set1_epi16(1))
-                    : qdot8(wv, a[r], 1);
-                acc[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
-                                            _mm256_set1_ps(w[o].scale[b] * ad[(size_t)b * 4 + r]), acc[o][r]);
-            }
-        }
-    }
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) {
-            float t = hsum8(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
-            if (form == QF_WIDE) t += 128.0f * min_term(w[o].scale, as + (size_t)r * nb, nb);
-            out[o + (size_t)r * d] = t;
-        }
+    (void)q4;
+    qtile_avx2(out, d, w, nb, aq, ad, as, n, form, 0, OB, RB);
 #else
     for (int o = 0; o < OB; o++)
         for (int r = 0; r < RB; r++) {
@@ -989,32 +997,14 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
 }
 
 /* qtile for W_Q16: byte quants with a scale and min per 16 values, input half-block sums ah
- * (row stride 2 nb) for the min term. Block b's two halves are lanes 0-3 and 4-7 of its int32
- * sums, so one vector of two scales applies both. `narrow`: quants below 64, one pass exact. */
+ * (row stride 2 nb) for the min term. `form`: QF_NARROW or QF_WIDE (a Q8_0 part). */
 static inline __attribute__((always_inline)) void qtile16(float *out, int d, const qrow *w, int nb, const int8_t *aq,
-                                                        const float *ad, const float *ah, int n, int narrow, int OB,
+                                                        const float *ad, const float *ah, int n, int form, int OB,
                                                         int RB) {
 #ifdef HAVE_AVX2
-    __m256 acc[2][4];
-    zero_tile(acc, OB, RB);
-    for (int b = 0; b < nb; b++) {
-        __m256i a[4];
-        input_blocks(a, aq, n, b, RB);
-        for (int o = 0; o < OB; o++) {
-            const __m256i wv = qweights8(&w[o], b, 0);
-            const float s0 = w[o].scale[2 * b], s1 = w[o].scale[2 * b + 1];
-            for (int r = 0; r < RB; r++) {
-                const float x = ad[(size_t)b * 4 + r];
-                const __m256 p = _mm256_cvtepi32_ps(qdot8(wv, a[r], narrow));
-                acc[o][r] = _mm256_fmadd_ps(p, _mm256_set_m128(_mm_set1_ps(s1 * x), _mm_set1_ps(s0 * x)), acc[o][r]);
-            }
-        }
-    }
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++)
-            out[o + (size_t)r * d] = hsum8(acc[o][r]) + min_term(w[o].min, ah + (size_t)r * 2 * nb, 2 * nb);
+    qtile_avx2(out, d, w, nb, aq, ad, ah, n, form, 1, OB, RB);
 #else
-    (void)narrow;
+    (void)form;
     for (int o = 0; o < OB; o++)
         for (int r = 0; r < RB; r++) {
             float acc = 0.0f;
@@ -1079,7 +1069,7 @@ static void block_matmul(float *out, const float *x, const matrix *w, int rows, 
                 }
                 float *o = out + (size_t)r * d + row;
                 if (half) {
-                    if (w->narrow) { QTILE(qtile16, ah, 1) } else { QTILE(qtile16, ah, 0) }
+                    if (w->narrow) { QTILE(qtile16, ah, QF_NARROW) } else { QTILE(qtile16, ah, QF_WIDE) }
                 } else if (q4) {
                     QTILE(qtile, as, QF_NIBBLES)
                 } else if (w->narrow) {

@@ -304,6 +304,14 @@ def test_a_q4_k_m_mix_stays_quantized_within_the_block_error(tmp_path):
     assert "Q4_K/Q6_K kept as stored" in model.weights_note()
 
 
+def test_q8_0_fused_with_q6_k_matches_the_block_rounded_reference(tmp_path):
+    """q and k in Q8_0 beside v in Q6_K: a W_Q16 matrix holding full bytes, which the AVX2 kernel
+    multiplies as signed bytes (qtile_avx2, QF_WIDE) with the correction per half block."""
+    path, ref_dir = write_k_gguf(tmp_path, Q.Q8_0, mix={"v_proj.weight": Q.Q6_K})
+    assert Model(path).gguf.tensor_types == {"Q8_0": 13, "F32": 5, "Q6_K": 2}
+    assert_block_rounded(Model(path).engine(1, 2), ReferenceLlama(ref_dir))
+
+
 def test_untied_output_projection(tmp_path):
     path, ref_dir = write_gguf(tmp_path, Q.Q8_0, tied=False)
     model = Model(path)
