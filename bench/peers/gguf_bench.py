@@ -47,8 +47,8 @@ def ensure_format(fmt: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     # A "K" mix (Q4_K_M) is written as llama-quantize writes it by default, its own choice per
     # tensor; the plain formats keep the embedding as the shipped file does.
-    embedding = [] if "_K" in fmt else ["--token-embedding-type", "q8_0" if fmt.startswith("Q4") else fmt.lower(),
-                                        "--output-tensor-type", "q8_0" if fmt.startswith("Q4") else fmt.lower()]
+    kept = "q8_0" if fmt.startswith("Q4") else fmt.lower()
+    embedding = [] if "_K" in fmt else ["--token-embedding-type", kept, "--output-tensor-type", kept]
     partial = out.with_suffix(".part")
     subprocess.run([str(LLAMA_QUANTIZE), "--allow-requantize", *embedding, str(src), str(partial), fmt],
                    check=True, capture_output=True, timeout=600)
