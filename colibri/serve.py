@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                    default=os.environ.get("COLI_CONTINUE_ASSISTANT") == "0",
                    help="close a trailing assistant turn instead of continuing it [COLI_CONTINUE_ASSISTANT=0]")
     p.add_argument("--dequantize", action="store_true", default=os.environ.get("COLI_DEQUANTIZE") == "1",
-                   help="expand a GGUF's quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) and BF16 "
+                   help="expand a GGUF's quantized (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K) and BF16 "
                         "weights to F32 at load: exact "
                         "arithmetic on the dequantized weights instead of the block kernels' rounded inputs, at "
                         "2-8x the memory and a slower decode [COLI_DEQUANTIZE=1]")

@@ -28,7 +28,7 @@
  * exactly this shape and rejects anything malformed. */
 
 typedef enum { DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K,
-               DT_OTHER } dtype_t;
+               DT_Q2_K, DT_Q3_K, DT_OTHER } dtype_t;
 
 /* Values per block of a type (1 for the float types): a tensor's rows hold whole blocks. The
  * llama.cpp block types hold 32 values: Q8_0 a half scale and 32 int8; Q4_0 a half scale and
@@ -36,7 +36,7 @@ typedef enum { DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q
  * bits (4 bytes) before the nibbles. Its "K" types hold 256 values
  * in sub-blocks whose scales are themselves quantized (see unpack_block, to_f32). */
 static size_t block_values(dtype_t t) {
-    return t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K ? 256 : t >= DT_Q8_0 ? 32 : 1;
+    return t >= DT_Q4_K && t <= DT_Q3_K ? 256 : t >= DT_Q8_0 ? 32 : 1;
 }
 
 /* Bytes that `count` values of a type take; 0 for a type this engine cannot read or a count
@@ -44,7 +44,7 @@ static size_t block_values(dtype_t t) {
 static size_t dtype_bytes(dtype_t t, size_t count) {
     static const size_t bytes[] = {[DT_F32] = 4, [DT_F16] = 2, [DT_BF16] = 2, [DT_Q8_0] = 34, [DT_Q4_0] = 18,
                                    [DT_Q4_1] = 20, [DT_Q5_0] = 22, [DT_Q5_1] = 24, [DT_Q4_K] = 144,
-                                   [DT_Q5_K] = 176, [DT_Q6_K] = 210};
+                                   [DT_Q5_K] = 176, [DT_Q6_K] = 210, [DT_Q2_K] = 84, [DT_Q3_K] = 110};
     const size_t per = block_values(t);
     return t == DT_OTHER || count % per ? 0 : count / per * bytes[t];
 }
@@ -307,6 +307,8 @@ static dtype_t gg_dtype(uint32_t ggml_type) {
     case 6: return DT_Q5_0;
     case 7: return DT_Q5_1;
     case 8: return DT_Q8_0;
+    case 10: return DT_Q2_K;
+    case 11: return DT_Q3_K;
     case 12: return DT_Q4_K;
     case 13: return DT_Q5_K;
     case 14: return DT_Q6_K;
@@ -483,13 +485,54 @@ static void q6_k_to_f32(const char *src, size_t count, float *dst) {
     }
 }
 
+/* Q2_K and Q3_K: 16 sub-blocks of 16 too, their 2-bit quants in 64 bytes as in Q6_K's high
+ * pairs: value i + 32 r of 128-value half h is bits 2r, 2r+1 of byte 32 h + i, and sub-block s
+ * covers values 16 s .. 16 s + 15.
+ * Q2_K (84 bytes: 16 scale bytes, the quants, d, dmin): value = d * (sc_s & 15) * q - dmin *
+ * (sc_s >> 4).
+ * Q3_K (110 bytes: a 32-byte plane of third bits, the quants, 12 bytes of 6-bit scales, d):
+ * value = d * (sc_s - 32) * (q - 4), the third bit of value i + 32 k (k = 0..7) being bit k of
+ * plane byte i; scale s is the low (s < 8) or high nibble of byte s % 8 below the 2 bits
+ * 2 (s / 4) of byte 8 + s % 4.
+ * Every product is exact in float (11 + 6 bits), so W_Q16's (scale, min) per half is exact
+ * and its values equal llama.cpp's. */
+static void low_k_block(dtype_t t, const unsigned char *sb, int k, unsigned char q[32], float scale[2], float min[2]) {
+    const int h = k / 4, r = k % 4;
+    const unsigned char *qs = sb + (t == DT_Q2_K ? 16 : 32) + 32 * h;
+    for (int i = 0; i < 32; i++) q[i] = (qs[i] >> (2 * r)) & 3;
+    if (t == DT_Q2_K) {
+        const float d = half_at((const char *)sb + 80), dmin = half_at((const char *)sb + 82);
+        for (int j = 0; j < 2; j++) {
+            scale[j] = d * (float)(sb[2 * k + j] & 15);
+            min[j] = -(dmin * (float)(sb[2 * k + j] >> 4));
+        }
+        return;
+    }
+    const unsigned char *sc = sb + 96;
+    const float d = half_at((const char *)sb + 108);
+    for (int i = 0; i < 32; i++) q[i] |= ((sb[i] >> k) & 1) << 2;
+    for (int j = 0; j < 2; j++) {
+        const int s = 2 * k + j, low = s < 8 ? sc[s % 8] & 15 : sc[s % 8] >> 4, high = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+        scale[j] = d * (float)((low | high << 4) - 32);
+        min[j] = -4.0f * scale[j];
+    }
+}
+
+/* A type whose scales change every 16 values: it is kept as W_Q16 (see `matrix`). */
+static int per_half(dtype_t t) { return t == DT_Q6_K || t == DT_Q2_K || t == DT_Q3_K; }
+
 /* Block b in W_Q16's form: a scale and min per 16-value half. Q6_K's are d * sc_s and
- * -32 d * sc_s (exact); a (scale, min) block type's are its own, twice. */
+ * -32 d * sc_s (exact); Q2_K's and Q3_K's see low_k_block; a (scale, min) block type's are
+ * its own, twice. */
 static void unpack_halves(dtype_t t, const char *src, size_t b, unsigned char q[32], float scale[2], float min[2]) {
     if (t == DT_Q6_K) {
         q6_block((const unsigned char *)src + b / 8 * 210, (int)(b % 8), q, scale);
         min[0] = -32.0f * scale[0];
         min[1] = -32.0f * scale[1];
+        return;
+    }
+    if (t == DT_Q2_K || t == DT_Q3_K) {
+        low_k_block(t, (const unsigned char *)src + dtype_bytes(t, 256) * (b / 8), (int)(b % 8), q, scale, min);
         return;
     }
     unpack_block(t, src, b, q, &scale[0], &min[0]);
@@ -512,6 +555,14 @@ static void to_f32(dtype_t t, const char *src, size_t count, float *dst) {
     if (t == DT_Q6_K) { q6_k_to_f32(src, count, dst); return; }
     unsigned char q[32];
     float scale, min;
+    if (per_half(t)) {  /* Q2_K, Q3_K: scale * q + min is llama.cpp's value exactly (low_k_block) */
+        float sc[2], mn[2];
+        for (size_t b = 0; b < count / 32; b++, dst += 32) {
+            unpack_halves(t, src, b, q, sc, mn);
+            for (int j = 0; j < 32; j++) dst[j] = sc[j / 16] * (float)q[j] + mn[j / 16];
+        }
+        return;
+    }
     for (size_t b = 0; b < count / 32; b++, dst += 32) {
         unpack_block(t, src, b, q, &scale, &min);
         for (int j = 0; j < 32; j++) dst[j] = scale * (float)q[j] + min;
@@ -535,9 +586,10 @@ static void to_f32(dtype_t t, const char *src, size_t count, float *dst) {
  * (Q8_0, Q5_0, Q5_1, Q5_K, or a fused projection mixing those with 4-bit types). One form for every
  * block type means one kernel (qtile).
  *
- * W_Q16 is W_Q8 with a scale and min per 16 values (two per block), for Q6_K, whose scales
- * change every 16 values (unpack_halves), alone or fused with other block types (a Q4_K_M
- * file's q, k in Q4_K beside v in Q6_K); its kernel is qtile16. */
+ * W_Q16 is W_Q8 with a scale and min per 16 values (two per block), for Q6_K, Q3_K and Q2_K,
+ * whose scales change every 16 values (unpack_halves), alone or fused with other block types
+ * (a Q4_K_M file's q, k in Q4_K beside v in Q6_K); its kernel is qtile16. Like W_Q4 it keeps
+ * its quants as nibbles when every part's fit in 4 bits (Q2_K, Q3_K, the 4-bit types). */
 typedef enum { W_F32, W_BF16, W_Q8, W_Q4, W_Q16 } wkind;
 
 typedef struct {
@@ -547,6 +599,7 @@ typedef struct {
     float *scale;    /* blocks only: (d, n/32); W_Q16: (d, n/16) */
     float *min;      /* blocks only: (d, n/32); W_Q16: (d, n/16) */
     int narrow;      /* blocks: every quant is below 64 (no Q8_0 part), so one 16-bit product pass is exact */
+    int nibbles;     /* blocks: quants two to a byte, 16 bytes a block (W_Q4, and W_Q16 of 2-4 bit types) */
 } matrix;
 
 /* The token embedding as the file stores it (any readable type): rows are converted to F32
@@ -912,7 +965,7 @@ static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a)
 }
 #endif
 
-/* How the tile kernels read a weight block: QF_NIBBLES (W_Q4), QF_NARROW (W_Q8 or W_Q16 with
+/* How the tile kernels read a weight block: QF_NIBBLES (W_Q4, or W_Q16 in nibbles), QF_NARROW (W_Q8 or W_Q16 with
  * every quant below 64: one 16-bit pass is exact with AVX2) or QF_WIDE (a Q8_0 part). */
 enum { QF_WIDE, QF_NIBBLES, QF_NARROW };
 
@@ -996,23 +1049,24 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
 #endif
 }
 
-/* qtile for W_Q16: byte quants with a scale and min per 16 values, input half-block sums ah
- * (row stride 2 nb) for the min term. `form`: QF_NARROW or QF_WIDE (a Q8_0 part). */
+/* qtile for W_Q16: quants with a scale and min per 16 values, input half-block sums ah (row
+ * stride 2 nb) for the min term. `form`: QF_NIBBLES (every part 4-bit or less), QF_NARROW or
+ * QF_WIDE (a Q8_0 part). */
 static inline __attribute__((always_inline)) void qtile16(float *out, int d, const qrow *w, int nb, const int8_t *aq,
                                                         const float *ad, const float *ah, int n, int form, int OB,
                                                         int RB) {
 #ifdef HAVE_AVX2
     qtile_avx2(out, d, w, nb, aq, ad, ah, n, form, 1, OB, RB);
 #else
-    (void)form;
+    const int q4 = form == QF_NIBBLES;
     for (int o = 0; o < OB; o++)
         for (int r = 0; r < RB; r++) {
             float acc = 0.0f;
             for (int b = 0; b < nb; b++) {
-                const unsigned char *wq = w[o].q + (size_t)b * 32;
+                const unsigned char *wq = w[o].q + (size_t)b * (q4 ? 16 : 32);
                 const int8_t *a = aq + (size_t)r * n + (size_t)b * 32;
                 int32_t dot[2] = {0, 0};
-                for (int j = 0; j < 32; j++) dot[j / 16] += wq[j] * a[j];
+                for (int j = 0; j < 32; j++) dot[j / 16] += (q4 ? (j < 16 ? wq[j] & 0x0f : wq[j - 16] >> 4) : wq[j]) * a[j];
                 const float x = ad[(size_t)b * 4 + r];
                 acc += (float)dot[0] * (w[o].scale[2 * b] * x) + (float)dot[1] * (w[o].scale[2 * b + 1] * x);
             }
@@ -1040,7 +1094,7 @@ static inline __attribute__((always_inline)) void qtile16(float *out, int d, con
  * then threads split the output rows in groups of QGROUP; each group takes its weight rows
  * two at a time against the input rows four at a time. */
 static void block_matmul(float *out, const float *x, const matrix *w, int rows, int threads, scratch *s) {
-    const int n = w->n, d = w->d, nb = n / 32, q4 = w->kind == W_Q4, n_groups = (d + QGROUP - 1) / QGROUP;
+    const int n = w->n, d = w->d, nb = n / 32, q4 = w->nibbles, n_groups = (d + QGROUP - 1) / QGROUP;
     const int half = w->kind == W_Q16, ns = half ? 2 * nb : nb;  /* scales (and mins) per weight row */
     const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
     quantize_rows(x, rows, n, s->aq, s->ad, s->as, s->ah);
@@ -1069,7 +1123,13 @@ static void block_matmul(float *out, const float *x, const matrix *w, int rows, 
                 }
                 float *o = out + (size_t)r * d + row;
                 if (half) {
-                    if (w->narrow) { QTILE(qtile16, ah, QF_NARROW) } else { QTILE(qtile16, ah, QF_WIDE) }
+                    if (q4) {
+                        QTILE(qtile16, ah, QF_NIBBLES)
+                    } else if (w->narrow) {
+                        QTILE(qtile16, ah, QF_NARROW)
+                    } else {
+                        QTILE(qtile16, ah, QF_WIDE)
+                    }
                 } else if (q4) {
                     QTILE(qtile, as, QF_NIBBLES)
                 } else if (w->narrow) {
@@ -1493,11 +1553,11 @@ static int bind_packed(colibri_engine *e, const tensor_info *ts, int nt, const c
 
 /* A type whose blocks have the (scale, min) form of unpack_block; 4-bit ones pack as nibbles. */
 static int blockable(dtype_t t) { return t >= DT_Q8_0 && t <= DT_Q5_K; }
-static int four_bit(dtype_t t) { return t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q4_K; }
+static int four_bit(dtype_t t) { return t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q4_K || t == DT_Q2_K || t == DT_Q3_K; }
 
-/* Copies the named block-type tensors (each (d_of[i], n), of blockable types or Q6_K) stacked
- * into one block matrix (see `matrix`): W_Q16 if any is Q6_K, else W_Q4 if all are 4-bit, else
- * W_Q8; the file's pages are released as it goes. */
+/* Copies the named block-type tensors (each (d_of[i], n), of blockable or per_half types)
+ * stacked into one block matrix (see `matrix`): W_Q16 if any is per_half, else W_Q8; its
+ * quants as nibbles if every part's fit in 4 bits. The file's pages are released as it goes. */
 static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const char *const *src, const long *d_of,
                        int n_src, long n, matrix *out) {
     long d = 0;
@@ -1505,10 +1565,9 @@ static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const c
     for (int i = 0; i < n_src; i++) {
         d += d_of[i];
         q4 = q4 && four_bit(tsr[i]->dtype);
-        half = half || tsr[i]->dtype == DT_Q6_K;
+        half = half || per_half(tsr[i]->dtype);
         narrow = narrow && tsr[i]->dtype != DT_Q8_0;
     }
-    q4 = q4 && !half;
     const int qbytes = q4 ? 16 : 32, per = half ? 2 : 1;
     const size_t nb = (size_t)n / 32, quants = (size_t)d * nb * qbytes, floats = (size_t)d * nb * per;
     size_t size = (quants + 2 * floats * sizeof(float) + 63) / 64 * 64;
@@ -1533,7 +1592,7 @@ static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const c
     }
     e->owned[e->n_owned++] = (float *)p;
     *out = (matrix){.kind = half ? W_Q16 : q4 ? W_Q4 : W_Q8, .n = (int)n, .d = (int)d, .p = p, .scale = scale,
-                    .min = min, .narrow = narrow};
+                    .min = min, .narrow = narrow, .nibbles = q4};
     return COLIBRI_OK;
 }
 
@@ -1548,7 +1607,7 @@ static int bind_matrix(colibri_engine *e, const tensor_info *ts, int nt, const c
     for (int i = 0; i < n_src; i++) {
         int rc = locate(ts, nt, data, data_size, names[i], d_of[i], n, &t[i], &src[i]);
         if (rc) return rc;
-        blocks = blocks && (blockable(t[i]->dtype) || t[i]->dtype == DT_Q6_K);
+        blocks = blocks && (blockable(t[i]->dtype) || per_half(t[i]->dtype));
         bf16 = bf16 && t[i]->dtype == DT_BF16;
     }
     if (blocks) return bind_blocks(e, t, src, d_of, n_src, n, out);
@@ -1986,7 +2045,7 @@ const char *colibri_strerror(int status) {
     case COLIBRI_E_FORMAT: return "malformed or truncated safetensors file";
     case COLIBRI_E_MISSING_TENSOR: return "a tensor required by the config is missing";
     case COLIBRI_E_SHAPE: return "a tensor's shape does not match the config";
-    case COLIBRI_E_DTYPE: return "unsupported tensor dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are supported)";
+    case COLIBRI_E_DTYPE: return "unsupported tensor dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are supported)";
     case COLIBRI_E_CONFIG: return "inconsistent model config";
     case COLIBRI_E_NOMEM: return "out of memory";
     case COLIBRI_E_SLOT: return "bad KV slot";

