@@ -15,11 +15,11 @@ import shutil
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from safetensors.torch import save_file
+from targets import segment_ids
 from tokenizers import Tokenizer
 
 
@@ -105,17 +105,9 @@ class Llama(nn.Module):
         return self.norm(x) @ self.embed.weight.T  # tied output embedding
 
 
-def load_examples(path: Path, tok: Tokenizer):
-    """Token ids and loss masks per conversation; each segment is tokenized on its own, as the
-    server tokenizes a prompt that ends where a target starts."""
-    out = []
-    for line in open(path, encoding="utf-8"):
-        segs = json.loads(line)["segments"]
-        enc = tok.encode_batch([s for s, _ in segs])
-        ids = np.concatenate([np.array(e.ids, np.int64) for e in enc])
-        mask = np.concatenate([np.full(len(e.ids), f, np.int64) for e, (_, f) in zip(enc, segs, strict=False)])
-        out.append((ids, mask))
-    return out
+def load_examples(path: Path, tok: Tokenizer, align: bool = False):
+    """Token ids and loss masks per conversation (targets.segment_ids)."""
+    return [segment_ids(tok, json.loads(line)["segments"], align) for line in open(path, encoding="utf-8")]
 
 
 def pack(examples, seq: int, pad: int, rng: random.Random):
@@ -211,7 +203,7 @@ class WeightAverage:
 CHECKPOINT = "checkpoint.pt"
 #: The settings a resumed run must share with the run that wrote the checkpoint.
 RUN_SETTINGS = ("corpus", "max_steps", "batch", "seq", "lr", "warmup", "seed", "bf16", "dim", "layers", "heads",
-                "kv_heads", "ffn", "ema", "ema_start")
+                "kv_heads", "ffn", "ema", "ema_start", "align_copies")
 
 
 def save_checkpoint(path: Path, a: argparse.Namespace, step: int, model: Llama, opt: torch.optim.Optimizer,
@@ -283,6 +275,9 @@ def main() -> None:
     ap.add_argument("--until", type=int, default=None, metavar="STEP",
                     help="stop after this step, with a checkpoint, so that a run longer than one sitting "
                          "goes on later with --resume (the schedule stays that of --max-steps)")
+    ap.add_argument("--align-copies", action="store_true",
+                    help="tokenize a target word the context holds after a space in the context's pieces "
+                         "(training/targets.py)")
     ap.add_argument("--resume", action="store_true",
                     help="continue from OUT/checkpoint.pt; the run's settings must equal the checkpoint's")
     a = ap.parse_args()
@@ -293,8 +288,8 @@ def main() -> None:
     rng = random.Random(a.seed)
     out = Path(a.out)
     tok = Tokenizer.from_file(str(out / "tokenizer.json"))
-    train = load_examples(Path(a.corpus) / "train.jsonl", tok)
-    valid = load_examples(Path(a.corpus) / "valid.jsonl", tok)
+    train = load_examples(Path(a.corpus) / "train.jsonl", tok, a.align_copies)
+    valid = load_examples(Path(a.corpus) / "valid.jsonl", tok, a.align_copies)
     if a.dim % a.heads or a.heads % a.kv_heads:
         ap.error(f"--dim ({a.dim}) must divide by --heads ({a.heads}), and --heads by --kv-heads ({a.kv_heads})")
     cfg = Config(vocab=tok.get_vocab_size(), seq=a.seq, dim=a.dim, n_layers=a.layers, n_heads=a.heads,
