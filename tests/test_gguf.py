@@ -286,13 +286,24 @@ def test_k_quants_stay_quantized_and_compute_against_block_rounded_inputs(tmp_pa
     assert not np.array_equal(kept, plain)  # kept, not expanded
 
 
-def test_a_q4_k_m_mix_stays_quantized_within_the_block_error(tmp_path):
-    """A Q4_K_M-like mix (Q4_K, with attn_v, ffn_down and the embedding in Q6_K) fuses q and k
-    (Q4_K) with v (Q6_K) into one block matrix with a scale per half block: it matches the
-    block-rounded reference like a single type, and stays within the stated block error."""
-    path, ref_dir = write_k_gguf(tmp_path, Q.Q4_K, mix=K_MIXED)
+# llama-quantize's mixes. Q4_K_M-like: q and k (Q4_K) fused with v (Q6_K) into one block
+# matrix with a scale per half block. Q2_K-like: q and k in Q2_K fused with v in Q4_K (a W_Q16
+# matrix whose quants stay nibbles), ffn_down in Q3_K, the embedding in Q6_K.
+K_MIXES = {
+    "Q4_K_M": (Q.Q4_K, K_MIXED, {"Q4_K": 10, "Q6_K": 5, "F32": 5}, "Q4_K/Q6_K"),
+    "Q2_K": (Q.Q2_K, {"v_proj.weight": Q.Q4_K, "down_proj.weight": Q.Q3_K, "embed_tokens.weight": Q.Q6_K},
+             {"Q2_K": 10, "Q4_K": 2, "Q3_K": 2, "F32": 5, "Q6_K": 1}, "Q2_K/Q3_K/Q4_K/Q6_K"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(K_MIXES))
+def test_k_mixes_stay_quantized_within_the_block_error(tmp_path, name):
+    """A mix matches the block-rounded reference like a single type, and stays within the
+    stated block error."""
+    qtype, mix, types, kept = K_MIXES[name]
+    path, ref_dir = write_k_gguf(tmp_path, qtype, mix=mix)
     model = Model(path)
-    assert model.gguf.tensor_types == {"Q4_K": 10, "Q6_K": 5, "F32": 5}
+    assert model.gguf.tensor_types == types
     eng = model.engine(1, 2)
     ref = ReferenceLlama(ref_dir)
     assert_block_rounded(eng, ref, seeds=(6,))
@@ -301,26 +312,7 @@ def test_a_q4_k_m_mix_stays_quantized_within_the_block_error(tmp_path):
     want = ref.logits(toks)
     rel = float(np.linalg.norm(logits - want) / np.linalg.norm(want))
     assert 0 < rel < K_BLOCK_ERROR_BOUND
-    assert "Q4_K/Q6_K kept as stored" in model.weights_note()
-
-
-def test_a_q2_k_mix_fuses_nibbles_with_a_scale_per_half_block(tmp_path):
-    """As llama-quantize's Q2_K files mix types: q and k in Q2_K fused with v in Q4_K (a W_Q16
-    matrix whose quants stay nibbles), ffn_down in Q3_K, the embedding in Q6_K. It matches the
-    block-rounded reference like a single type, and stays within the stated block error."""
-    mix = {"v_proj.weight": Q.Q4_K, "down_proj.weight": Q.Q3_K, "embed_tokens.weight": Q.Q6_K}
-    path, ref_dir = write_k_gguf(tmp_path, Q.Q2_K, mix=mix)
-    model = Model(path)
-    assert model.gguf.tensor_types == {"Q2_K": 10, "Q4_K": 2, "Q3_K": 2, "F32": 5, "Q6_K": 1}
-    eng = model.engine(1, 2)
-    ref = ReferenceLlama(ref_dir)
-    assert_block_rounded(eng, ref, seeds=(6,))
-    toks = _tokens(6)
-    _, logits = eng.prefill(0, toks, reuse=False, all_logits=True)
-    want = ref.logits(toks)
-    rel = float(np.linalg.norm(logits - want) / np.linalg.norm(want))
-    assert 0 < rel < K_BLOCK_ERROR_BOUND
-    assert "Q2_K/Q3_K/Q4_K/Q6_K kept as stored" in model.weights_note()
+    assert f"{kept} kept as stored" in model.weights_note()
 
 
 def test_q8_0_fused_with_q6_k_matches_the_block_rounded_reference(tmp_path):
