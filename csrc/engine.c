@@ -965,8 +965,9 @@ static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a)
 }
 #endif
 
-/* How the tile kernels read a weight block: QF_NIBBLES (W_Q4, or W_Q16 in nibbles), QF_NARROW (W_Q8 or W_Q16 with
- * every quant below 64: one 16-bit pass is exact with AVX2) or QF_WIDE (a Q8_0 part). */
+/* How the tile kernels read a weight block: QF_NIBBLES (W_Q4, or W_Q16 in nibbles), QF_NARROW
+ * (W_Q8 or W_Q16 with every quant below 64: one 16-bit pass is exact with AVX2) or QF_WIDE (a
+ * Q8_0 part). */
 enum { QF_WIDE, QF_NIBBLES, QF_NARROW };
 
 #ifdef HAVE_AVX2
