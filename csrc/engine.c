@@ -579,18 +579,18 @@ static void to_f32(dtype_t t, const char *src, size_t count, float *dst) {
  * bfloat16 bits and widen them on load into the same float arithmetic: half the bytes, and
  * results identical to F32 panels of the same values.
  *
- * W_Q8 and W_Q4 keep a GGUF block type quantized: row o of W is n/32 blocks of 32 values,
+ * W_Q32 keeps a GGUF block type quantized: row o of W is n/32 blocks of 32 values,
  * value = scale * q + min with q unsigned and scale, min floats per block (unpack_block: the
- * file's own values, exactly). W_Q4 holds 4-bit quants (Q4_0, Q4_1, Q4_K) as nibbles, 16
- * bytes a block, byte j holding value j low and value j + 16 high; W_Q8 a byte per value
- * (Q8_0, Q5_0, Q5_1, Q5_K, or a fused projection mixing those with 4-bit types). One form for every
- * block type means one kernel (qtile).
+ * file's own values, exactly). One form for every block type means one kernel (qtile).
  *
- * W_Q16 is W_Q8 with a scale and min per 16 values (two per block), for Q6_K, Q3_K and Q2_K,
+ * W_Q16 is W_Q32 with a scale and min per 16 values (two per block), for Q6_K, Q3_K and Q2_K,
  * whose scales change every 16 values (unpack_halves), alone or fused with other block types
- * (a Q4_K_M file's q, k in Q4_K beside v in Q6_K); its kernel is qtile16. Like W_Q4 it keeps
- * its quants as nibbles when every part's fit in 4 bits (Q2_K, Q3_K, the 4-bit types). */
-typedef enum { W_F32, W_BF16, W_Q8, W_Q4, W_Q16 } wkind;
+ * (a Q4_K_M file's q, k in Q4_K beside v in Q6_K); its kernel is qtile16.
+ *
+ * Either keeps its quants as nibbles when every part fits in 4 bits (Q4_0, Q4_1, Q4_K, Q3_K,
+ * Q2_K), 16 bytes a block, byte j holding value j low and value j + 16 high; else a byte per
+ * value (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K, or a fused projection mixing those with 4-bit types). */
+typedef enum { W_F32, W_BF16, W_Q32, W_Q16 } wkind;
 
 typedef struct {
     wkind kind;
@@ -599,7 +599,7 @@ typedef struct {
     float *scale;    /* blocks only: (d, n/32); W_Q16: (d, n/16) */
     float *min;      /* blocks only: (d, n/32); W_Q16: (d, n/16) */
     int narrow;      /* blocks: every quant is below 64 (no Q8_0 part), so one 16-bit product pass is exact */
-    int nibbles;     /* blocks: quants two to a byte, 16 bytes a block (W_Q4, and W_Q16 of 2-4 bit types) */
+    int nibbles;     /* blocks: quants two to a byte, 16 bytes a block (every part 4-bit or less) */
 } matrix;
 
 /* The token embedding as the file stores it (any readable type): rows are converted to F32
@@ -827,7 +827,7 @@ static void panel_matmul(float *out, const float *x, const matrix *w, int rows, 
 #undef TILE_ROWS
 #undef TILE_COLS
 
-/* ---- block kernels (W_Q8, W_Q4, W_Q16) ----
+/* ---- block kernels (W_Q32, W_Q16) ----
  *
  * The input rows are quantized too, the way llama.cpp's Q8_0/Q8_1 activations are: each
  * 32-value block to int8 with scale amax/127 (nearest), keeping scale * Σq for the min term.
@@ -864,7 +864,7 @@ static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, 
  * compute the same sums. */
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-#define HAVE_AVX2 1  /* W_Q16 uses it on every such machine, W_Q8/W_Q4 only without VNNI */
+#define HAVE_AVX2 1  /* W_Q16 uses it on every such machine, W_Q32 only without VNNI */
 #if defined(__AVX512VNNI__) && defined(__AVX512F__)
 #define QSIMD 1
 #else
@@ -965,13 +965,12 @@ static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a)
 }
 #endif
 
-/* How the tile kernels read a weight block: QF_NIBBLES (W_Q4, or W_Q16 in nibbles), QF_NARROW
- * (W_Q8 or W_Q16 with every quant below 64: one 16-bit pass is exact with AVX2) or QF_WIDE (a
- * Q8_0 part). */
+/* How the tile kernels read a weight block: QF_NIBBLES (quants in nibbles), QF_NARROW (bytes,
+ * every quant below 64: one 16-bit pass is exact with AVX2) or QF_WIDE (a Q8_0 part). */
 enum { QF_WIDE, QF_NIBBLES, QF_NARROW };
 
 #ifdef HAVE_AVX2
-/* The AVX2 tile (see qtile) for W_Q4/W_Q8 (half = 0: a scale and min per block, input sums per
+/* The AVX2 tile (see qtile) for W_Q32 (half = 0: a scale and min per block, input sums per
  * block) and W_Q16 (half = 1: per 16 values, input sums per half block). A block's 32 products
  * land in eight int32 lanes, lanes 0-3 from values 0-15, so one vector holding each half's scale
  * applies both. Weights below 64 take one 16-bit pass. QF_WIDE bytes (Q8_0's int8 + 128) could
@@ -1147,7 +1146,7 @@ static void block_matmul(float *out, const float *x, const matrix *w, int rows, 
 
 /* out (rows, d) = x (rows, n) @ W^T, whatever form W is kept in. */
 static void matmul(colibri_engine *e, float *out, const float *x, const matrix *w, int rows) {
-    if (w->kind == W_Q8 || w->kind == W_Q4 || w->kind == W_Q16) block_matmul(out, x, w, rows, e->n_threads, &e->s);
+    if (w->kind == W_Q32 || w->kind == W_Q16) block_matmul(out, x, w, rows, e->n_threads, &e->s);
     else panel_matmul(out, x, w, rows, e->n_threads);
 }
 
@@ -1557,7 +1556,7 @@ static int blockable(dtype_t t) { return t >= DT_Q8_0 && t <= DT_Q5_K; }
 static int four_bit(dtype_t t) { return t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q4_K || t == DT_Q2_K || t == DT_Q3_K; }
 
 /* Copies the named block-type tensors (each (d_of[i], n), of blockable or per_half types)
- * stacked into one block matrix (see `matrix`): W_Q16 if any is per_half, else W_Q8; its
+ * stacked into one block matrix (see `matrix`): W_Q16 if any is per_half, else W_Q32; its
  * quants as nibbles if every part's fit in 4 bits. The file's pages are released as it goes. */
 static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const char *const *src, const long *d_of,
                        int n_src, long n, matrix *out) {
@@ -1592,7 +1591,7 @@ static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const c
         release_pages(e, src[i], (size_t)(tsr[i]->end - tsr[i]->begin));
     }
     e->owned[e->n_owned++] = (float *)p;
-    *out = (matrix){.kind = half ? W_Q16 : q4 ? W_Q4 : W_Q8, .n = (int)n, .d = (int)d, .p = p, .scale = scale,
+    *out = (matrix){.kind = half ? W_Q16 : W_Q32, .n = (int)n, .d = (int)d, .p = p, .scale = scale,
                     .min = min, .narrow = narrow, .nibbles = q4};
     return COLIBRI_OK;
 }

@@ -62,10 +62,11 @@ def _as_after_space(tok: Any, word: str) -> list[int] | None:
     return ids if ids and tok.decode(ids) == word else None
 
 
-def aligned(tok: Any, context: str, text: str) -> list[int]:
+def aligned(tok: Any, context: str, text: str, enc: Any = None) -> list[int]:
     """`text`'s token ids, with each word that starts after a non-space and appears in `context`
-    after a space written in the context's pieces (see the module docstring)."""
-    enc = tok.encode(text)
+    only after a space written in the context's pieces (see the module docstring). `enc` is
+    `text`'s encoding when the caller already has it."""
+    enc = enc or tok.encode(text)
     ids, offs = enc.ids, enc.offsets
     out: list[int] = []
     i = 0
@@ -97,7 +98,7 @@ def segment_ids(tok: Any, segments: list[list[Any]], align: bool = False) -> tup
     enc = tok.encode_batch([s for s, _ in segments])
     parts, masks, context = [], [], ""
     for e, (text, target) in zip(enc, segments, strict=True):
-        got = aligned(tok, context, text) if align and target else e.ids
+        got = aligned(tok, context, text, e) if align and target else e.ids
         parts.append(np.array(got, np.int64))
         masks.append(np.full(len(got), target, np.int64))
         context += text
