@@ -326,7 +326,8 @@ def main() -> int:
         else:  # a GGUF file carries its vocabulary inside
             print(f"no {tokenizer}: the pool words are not checked against the model's tokens", file=sys.stderr)
 
-        extra = (["--model", args.model, "--model-id", "colibri-tiny"] if args.model else []) + (
+        # The server runs from a temporary directory (live_server), so a relative path is resolved here.
+        extra = (["--model", str(Path(args.model).resolve()), "--model-id", "colibri-tiny"] if args.model else []) + (
             ["--family", args.family or "glm"] if args.model or args.family else [])
         with live_server(*extra) as base:
             doc = evaluate(base, args.n)
