@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from targets import segment_ids
 from tokenizers import Tokenizer
 
@@ -200,10 +200,30 @@ class WeightAverage:
         export(model, tok, dest, ctx, store, weights=mean)
 
 
+def load_exported(model: Llama, src: Path) -> None:
+    """Start from the weights of an exported model directory (what export() writes, e.g. the
+    shipped colibri/models/tiny): a fine-tune instead of a run from random weights. The shape
+    must be the model's; a missing or misshapen tensor is refused by name."""
+    path = src / "model.safetensors"
+    if not path.is_file():
+        raise SystemExit(f"train.py: --init-from {src}: no model.safetensors there")
+    theirs = load_file(str(path))
+    mine = model.state_dict()
+    sd = {}
+    for name, hf in hf_names(model.cfg.n_layers).items():
+        if hf not in theirs:
+            raise SystemExit(f"train.py: --init-from {src}: no tensor {hf}")
+        if tuple(theirs[hf].shape) != tuple(mine[name].shape):
+            raise SystemExit(f"train.py: --init-from {src}: {hf} is {tuple(theirs[hf].shape)}, "
+                             f"this run's shape wants {tuple(mine[name].shape)}")
+        sd[name] = theirs[hf].to(torch.float32)
+    model.load_state_dict(sd)
+
+
 CHECKPOINT = "checkpoint.pt"
 #: The settings a resumed run must share with the run that wrote the checkpoint.
 RUN_SETTINGS = ("corpus", "max_steps", "batch", "seq", "lr", "warmup", "seed", "bf16", "dim", "layers", "heads",
-                "kv_heads", "ffn", "ema", "ema_start", "align_copies")
+                "kv_heads", "ffn", "ema", "ema_start", "align_copies", "init_from")
 
 
 def save_checkpoint(path: Path, a: argparse.Namespace, step: int, model: Llama, opt: torch.optim.Optimizer,
@@ -278,6 +298,9 @@ def main() -> None:
     ap.add_argument("--align-copies", action="store_true",
                     help="tokenize a target word the context holds after a space in the context's pieces "
                          "(training/targets.py)")
+    ap.add_argument("--init-from", default=None, metavar="DIR",
+                    help="start from the weights exported in DIR (model.safetensors of this run's shape) "
+                         "instead of random ones: a fine-tune; pair it with a lower --lr")
     ap.add_argument("--resume", action="store_true",
                     help="continue from OUT/checkpoint.pt; the run's settings must equal the checkpoint's")
     a = ap.parse_args()
@@ -295,6 +318,8 @@ def main() -> None:
     cfg = Config(vocab=tok.get_vocab_size(), seq=a.seq, dim=a.dim, n_layers=a.layers, n_heads=a.heads,
                  n_kv_heads=a.kv_heads, ffn=a.ffn)
     model = Llama(cfg)
+    if a.init_from:
+        load_exported(model, Path(a.init_from))
     print(f"params {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M, train examples {len(train)}", flush=True)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
