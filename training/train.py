@@ -318,7 +318,7 @@ def main() -> None:
     cfg = Config(vocab=tok.get_vocab_size(), seq=a.seq, dim=a.dim, n_layers=a.layers, n_heads=a.heads,
                  n_kv_heads=a.kv_heads, ffn=a.ffn)
     model = Llama(cfg)
-    if a.init_from:
+    if a.init_from and not a.resume:  # a resumed run takes its weights from the checkpoint
         load_exported(model, Path(a.init_from))
     print(f"params {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M, train examples {len(train)}", flush=True)
     decay = [p for p in model.parameters() if p.dim() == 2]
