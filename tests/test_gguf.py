@@ -191,17 +191,19 @@ def test_block_kernels_compute_the_weights_against_block_rounded_inputs(tmp_path
     that rounding in float64 agrees to 1e-4. A float32 input that lands a hair from a rounding
     boundary can round the other way in the engine (it computes in float32, the reference in
     float64) and shift that position and the ones attending to it, so the bar is most
-    positions, over three prompts; a wrong nibble order, scale or min term misses all of them."""
+    positions, over twelve prompts (three were too few: on an AMD EPYC with AVX-512, Q5_0 matched
+    75 of the first three prompts' 120 positions and 91% over forty prompts; every type 91-98%);
+    a wrong nibble order, scale or min term misses all of them."""
     path, ref_dir = write_gguf(tmp_path, qtype)
     assert_block_rounded(Model(path).engine(1, 2), ReferenceLlama(ref_dir))
 
 
-def assert_block_rounded(eng, ref: ReferenceLlama, seeds: tuple[int, ...] = (5, 6, 7)) -> None:
+def assert_block_rounded(eng, ref: ReferenceLlama, seeds: range = range(1, 13)) -> None:
     """Most positions' logits equal, to 1e-4, the reference that rounds its inputs per block."""
     exact = total = 0
     for seed in seeds:
         toks = _tokens(seed)
-        _, logits = eng.prefill(0, toks, all_logits=True)
+        _, logits = eng.prefill(0, toks, reuse=False, all_logits=True)
         err = np.max(np.abs(logits - ref.logits(toks, quantized_inputs=True)), axis=1)
         exact += int(np.sum(err < 1e-4))
         total += len(toks)
