@@ -12,8 +12,6 @@ import pytest
 from browser import BROWSER, Page
 from live_server import live_server
 
-from colibri.model import Model
-
 STATE = """JSON.stringify({
   messages: [...document.querySelectorAll(".msg")].map(e => [e.className.slice(4), e.textContent]),
   cells: [...document.querySelectorAll("aside td")].map(e => e.textContent),
@@ -36,11 +34,21 @@ def test_dashboard_answers_its_question_and_shows_the_scheduler(tmp_path):
         finally:
             page.close()
         assert page.console == [], page.console
+        # The same greedy request, asked directly: the panel must show the server's own count. (Not
+        # the tokenizer's encoding of the answer: the model copies a word in the prompt's pieces,
+        # "hello world" after "exactly:" as four tokens where encode() gives three.)
+        req = urllib.request.Request(f"{base}/v1/chat/completions", method="POST", data=json.dumps({
+            "model": "colibri-tiny", "max_tokens": 256, "temperature": 0, "enable_thinking": False,
+            "messages": [{"role": "user", "content": "Repeat exactly: hello world"}]}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            direct = json.loads(r.read())
+    assert direct["choices"][0]["message"]["content"] == "hello world"
     assert state["messages"] == [["user", "Repeat exactly: hello world"], ["assistant", "hello world"]]
     assert panel["active / capacity"] == "0 / 4"
     assert panel["completed"] == "1"
     assert panel["finish reason"] == "stop"
-    assert panel["completion tokens"] == str(len(Model().encode("hello world")))  # the answer's tokens
+    assert panel["completion tokens"] == str(direct["usage"]["completion_tokens"])
 
 
 S1_STATE = """JSON.stringify({
