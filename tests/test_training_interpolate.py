@@ -56,9 +56,10 @@ def test_the_cli_writes_a_model_colibri_loads(tmp_path, capsys):
     assert "38 tensors, t=0.25" in capsys.readouterr().out
 
 
-def test_the_cli_refuses_a_t_outside_0_1_and_a_directory_without_weights(tmp_path, capsys):
-    for argv, why in ((["--t", "1.5"], "--t must lie in [0, 1]"), (["--t", "0.5"], "no model.safetensors there")):
-        src = tmp_path if "no model" in why else TINY
-        with pytest.raises(SystemExit) as e:
-            interpolate.main(["--from", str(src), "--to", str(TINY), "--out", str(tmp_path / "o"), *argv])
-        assert e.value.code == 2 and why in capsys.readouterr().err
+@pytest.mark.parametrize("weightless_from, t, why", [(False, "1.5", "--t must lie in [0, 1]"),
+                                                     (True, "0.5", "no model.safetensors there")])
+def test_the_cli_refuses_a_t_outside_0_1_and_a_directory_without_weights(tmp_path, capsys, weightless_from, t, why):
+    src = tmp_path if weightless_from else TINY
+    with pytest.raises(SystemExit) as e:
+        interpolate.main(["--from", str(src), "--to", str(TINY), "--out", str(tmp_path / "o"), "--t", t])
+    assert e.value.code == 2 and why in capsys.readouterr().err
