@@ -71,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "weights to F32 at load: exact "
                         "arithmetic on the dequantized weights instead of the block kernels' rounded inputs, at "
                         "2-8x the memory and a slower decode [COLI_DEQUANTIZE=1]")
+    p.add_argument("--free-tool-names", action="store_true", default=os.environ.get("COLI_FREE_TOOL_NAMES") == "1",
+                   help="let the model write any tool name and argument key; by default, once a call opens, "
+                        "the name is decoded from the offered tools and (glm, qwen-xml) each key from the named "
+                        "tool's parameters (rule tools.decode.offered-names) [COLI_FREE_TOOL_NAMES=1]")
     p.add_argument("--allow-insecure-bind", action="store_true", default=os.environ.get("COLI_ALLOW_INSECURE_BIND") == "1",
                    help="bind a non-loopback address without an API key [COLI_ALLOW_INSECURE_BIND=1]")
     return p
@@ -90,7 +94,7 @@ def settings_from(args: argparse.Namespace) -> Any:
                     keepalive_seconds=float(args.keepalive), step_delay=float(args.debug_step_delay),
                     kv_dir=args.kv_dir or None, dequantize=bool(args.dequantize),
                     responses_max=int(args.responses_max), responses_max_bytes=int(args.responses_max_bytes),
-                    profile_turns=int(args.profile_turns))
+                    profile_turns=int(args.profile_turns), offered_tool_names=not args.free_tool_names)
 
 
 SPARE_THREADS = 4  # for /health, /metrics, static files and refusals while every slot and queue place is taken

@@ -710,6 +710,23 @@ def tool_calls_offered(ctx: CheckContext) -> None:
         raise NotApplicable("the model made no tool call")
 
 
+# a call's name as each native syntax writes it after its opening marker: json-tags
+# `"name": "N"`, qwen-xml `<function=N>`, glm-xml the name itself
+_MARKUP_NAME = re.compile(r'<tool_call>\s*(?:\{\s*"name"\s*:\s*"([^"]*)"|<function=([^>\s]*)>|([^\s<{]+))')
+
+
+def tool_markup_offered(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    offered = set(tool_names((ctx.body or {}).get("tools")))
+    written = [n for m in _MARKUP_NAME.finditer(a.content) for n in m.groups() if n]
+    stray = [name for name, _ in a.tool_calls if name not in offered] + [n for n in written if n not in offered]
+    if stray:
+        raise CheckFailure("tool_markup_offered", f"every call, returned or left as text, naming one of {sorted(offered)}",
+                           stray)
+    if not a.tool_calls and not written:
+        raise NotApplicable("the model made no tool call")
+
+
 def tool_names_declared(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
     if not a.tool_calls:
@@ -1017,7 +1034,8 @@ CHECKS: dict[str, Callable[[CheckContext], None]] = {f.__name__: f for f in (
     stream_equals_unary, anthropic_event_order, reasoning_not_in_content, request_id_header,
     prompt_has_required_instruction, prompt_forced_tool_applied, reasoning_present, reasoning_absent,
     continuation_not_repeated, prompt_ends_with_generation_cue, prompt_specials_literal, no_replacement_char, keepalive_seen, repeatable,
-    scheduler_accounting, metrics_series, metrics_unchanged, profile_turns, tool_calls_offered, tool_names_declared, model_listed,
+    scheduler_accounting, metrics_series, metrics_unchanged, profile_turns, tool_calls_offered, tool_markup_offered,
+    tool_names_declared, model_listed,
     finish_matches_usage, budget_respected, stop_truncates, tool_call_made, reasoning_made, stream_one_id,
     stream_error_event, finish_consistent, systemone_complete, systemone_choice, systemone_score, systemone_noul,
     systemone_entropy, systemone_usage, systemone_prefix_reused, systemone_labels)}

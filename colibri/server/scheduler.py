@@ -92,6 +92,9 @@ class Task:
     # a scoring task (/v1/systemone): (prompt, label ids) pairs prefilled in turn into the slot,
     # the label logits of each last position reported in one "scored" event; nothing is sampled
     scoring: list[tuple[list[int], list[int]]] | None = None
+    # a ToolDecoder (colibri/tool_decoding.py) when the request offers tools and the server keeps
+    # tool names to the offered ones (rule tools.decode.offered-names); None: sampling is free
+    decoder: Any = None
     # filled by the scheduler
     assigned: int = -1
     n_reused: int = 0
@@ -460,6 +463,13 @@ class Scheduler:
             if token is None:  # this task's own sampling failed; it has been failed alone
                 continue
             task.rng = state
+            if task.decoder is not None:
+                try:
+                    task.decoder.feed(token)
+                except Exception as exc:  # a decoder fault fails its own request only
+                    self.decoding.remove(task)
+                    self._fail(task, exc)
+                    continue
             if token in task.end_tokens:
                 self.decoding.remove(task)
                 self._finish(task, "stop")
@@ -483,21 +493,45 @@ class Scheduler:
                 self.steps += 1
                 self.batch_sum += len(go)
 
+    def _rows(self, live: list[Task]) -> list[tuple[Task, Any]]:
+        """Each task's logits to sample from. A task inside a tool-name or argument-key slot
+        samples only the tokens its decoder allows (rule tools.decode.offered-names); its
+        logprobs still read the model's own logits. A decoder that raises fails its task alone."""
+        out: list[tuple[Task, Any]] = []
+        for task in live:
+            row = task.logits
+            if task.decoder is not None:
+                try:
+                    ids = task.decoder.allowed()
+                except Exception as exc:
+                    self.decoding.remove(task)
+                    self._fail(task, exc)
+                    continue
+                if ids:
+                    row = np.full_like(task.logits, -np.inf)
+                    row[ids] = task.logits[ids]
+            out.append((task, row))
+        return out
+
     def _sample(self, live: list[Task]) -> list[tuple[Task, int | None, int]]:
         """One C call samples the batch; should it raise, each row is sampled alone so that only
         the task whose own settings the sampler refuses fails."""
-        rng = np.array([t.rng for t in live], np.uint64)
+        rows = self._rows(live)
+        if not rows:
+            return []
+        tasks = [t for t, _ in rows]
+        rng = np.array([t.rng for t in tasks], np.uint64)
         try:
-            tokens = self._sample_rows(np.stack([t.logits for t in live]),
-                                       np.array([t.temperature for t in live], np.float32),
-                                       np.array([t.top_p for t in live], np.float32), rng).tolist()
-            return list(zip(live, tokens, rng.tolist(), strict=True))
+            tokens = self._sample_rows(np.stack([r for _, r in rows]),
+                                       np.array([t.temperature for t in tasks], np.float32),
+                                       np.array([t.top_p for t in tasks], np.float32), rng).tolist()
+            return list(zip(tasks, tokens, rng.tolist(), strict=True))
         except Exception:
             out: list[tuple[Task, int | None, int]] = []
-            for task in live:
+            for task, row in rows:
                 one = np.array([task.rng], np.uint64)
                 try:
-                    token = self._sample_rows(task.logits[None, :], np.array([task.temperature], np.float32),
+                    token = self._sample_rows(row[None, :], np.array([task.temperature], np.float32),
                                               np.array([task.top_p], np.float32), one).tolist()[0]
                     out.append((task, token, int(one[0])))
                 except Exception as exc:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from ..chat_template import TemplateRefusal
 from ..model import Model
 from ..spec import RequestValidator, Spec, load_spec
+from ..tool_decoding import SLOTS, TokenIndex, ToolDecoder
 from .errors import error
 from .generation import Generation
 from .generation import Spec as GenSpec
@@ -43,6 +45,7 @@ class Settings:
     responses_max: int = 1000  # stored /v1/responses objects kept (oldest evicted)
     responses_max_bytes: int = 64 * 1024 * 1024  # and the bytes they may take
     profile_turns: int = 256  # finished turns GET /profile keeps (0: none, and no clock read for them)
+    offered_tool_names: bool = True  # decode tool names and keys from the offered set (tools.decode.offered-names)
 
     def validator_settings(self) -> dict[str, Any]:
         return {"model_id": self.model_id, "kv_slots": self.kv_slots, "continue_assistant": self.continue_assistant}
@@ -148,6 +151,11 @@ class Service:
             at = end
         return list(history) + model.encode_pieces(rest)
 
+    @cached_property
+    def token_index(self) -> TokenIndex:
+        """The vocabulary by bytes, for tool-name decoding; built at the first request offering tools."""
+        return TokenIndex(self.model.token_bytes)
+
     def budget(self, prompt: list[int], requested: int | None, param: str) -> int:
         """Tokens the answer may have: the request's ceiling, clamped to the server's and to
         the room the context leaves. Only a prompt with no room at all is refused."""
@@ -164,6 +172,8 @@ class Service:
         spec = GenSpec(stops=stops, ignore_leading=ignore_leading, thinking=thinking, tools=tools,
                        tool_format=self.family["tool_format"], strict_tools=strict_tools,
                        keepalive=self.settings.keepalive_seconds, strip=strip)
+        if tools and self.settings.offered_tool_names and spec.tool_format in SLOTS:
+            task.decoder = ToolDecoder(self.token_index, spec.tool_format, tools)
         return Generation(self.scheduler, task, self.model.token_bytes, spec, client_gone)
 
     def task(self, prompt: list[int], body: dict[str, Any], *, max_new: int, slot: int | None,

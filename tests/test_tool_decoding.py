@@ -1,0 +1,166 @@
+"""Rule tools.decode.offered-names: once a call opens, its name is decoded from the offered
+tools and (glm-xml, qwen-xml) each argument key from the named tool's parameters.
+
+The decoder is tried on a small vocabulary made up here (so every slot edge is reached on
+purpose), then in the scheduler on the embedded model, and the rule's vectors are shown to
+fail on the same model with the hold off: without it the model names `query_track`."""
+from __future__ import annotations
+
+import pytest
+
+from colibri.chat_template import render
+from colibri.model import Model
+from colibri.server.scheduler import Scheduler, Task
+from colibri.server.service import Service, Settings
+from colibri.spec import load_spec
+from colibri.tool_decoding import TokenIndex, ToolDecoder
+from conformance.exchange import InProcessTarget
+from conformance.runner import run_vector
+
+MUSIC_WEATHER = [{"type": "function", "function": {"name": "play_track", "parameters": {
+                     "type": "object", "properties": {"artist": {"type": "string"}}, "required": ["artist"]}}},
+                 {"type": "function", "function": {"name": "check_forecast", "parameters": {
+                     "type": "object", "properties": {"place": {"type": "string"}}, "required": ["place"]}}}]
+TOOLS = [{"type": "function", "function": {"name": "play_track", "parameters": {
+             "type": "object", "properties": {"artist": {"type": "string"}}}}},
+         {"type": "function", "function": {"name": "play_time", "parameters": {
+             "type": "object", "properties": {"zone": {"type": "string"}, "format": {"type": "string"}}}}}]
+
+# a made-up vocabulary: single bytes, a few merges, pieces that run past a slot's end, and a
+# special token (empty bytes)
+PIECES = [b""] + [bytes([c]) for c in range(32, 127)] + [b"\n"] + [
+    b"<tool_call>", b"<arg_key>", b"</arg_key>", b"</tool_call>", b"play", b"play_", b"track", b"query",
+    b"_track", b"time", b"track\n", b"track\n<arg_key>", b'"name": "', b"<function=", b"<parameter=", b"zone>",
+    b"artist", b"artist</arg_key>", b"pl", b'{"']
+ID = {b: i for i, b in enumerate(PIECES) if b}
+
+
+def spelled(allowed: list[int] | None) -> set[bytes] | None:
+    return None if allowed is None else {PIECES[i] for i in allowed}
+
+
+def feed(d: ToolDecoder, *pieces: bytes) -> None:
+    for p in pieces:
+        d.feed(ID[p])
+
+
+def glm() -> ToolDecoder:
+    return ToolDecoder(TokenIndex(PIECES), "glm-xml", TOOLS)
+
+
+def test_tools_decode_offered_names_free_until_a_call_opens():
+    d = glm()
+    assert d.allowed() is None
+    feed(d, b"play", b" ", b"q")
+    assert d.allowed() is None
+
+
+def test_tools_decode_offered_names_the_name_slot_admits_only_offered_names():
+    d = glm()
+    feed(d, b"<tool_call>")
+    got = spelled(d.allowed())
+    assert {b"p", b"pl", b"play", b"play_"} <= got
+    assert not got & {b"q", b"query", b"t", b"\n", b""}  # nothing off the offered names, no special
+    feed(d, b"play_")
+    assert spelled(d.allowed()) >= {b"t", b"track", b"time", b"track\n", b"track\n<arg_key>"}
+    assert b"_track" not in spelled(d.allowed())  # "play__track" is no offered name
+
+
+def test_tools_decode_offered_names_a_name_ends_at_the_syntax_end_then_keys_are_the_tools_own():
+    d = glm()
+    feed(d, b"<tool_call>", b"play_", b"track", b"\n")
+    assert d.tool == "play_track" and d.allowed() is None  # between slots: free
+    feed(d, b"<arg_key>")
+    assert {b"a", b"artist", b"artist</arg_key>"} <= spelled(d.allowed())
+    assert b"z" not in spelled(d.allowed())  # play_time's key, not this tool's
+    feed(d, b"artist</arg_key>")
+    assert d.allowed() is None  # the value is the model's
+
+
+def test_tools_decode_offered_names_a_token_past_the_name_can_open_the_next_slot():
+    d = glm()
+    feed(d, b"<tool_call>", b"play_", b"track\n<arg_key>")
+    assert d.tool == "play_track" and d.slot is not None and d.slot.kind == "key"
+
+
+def test_tools_decode_offered_names_json_tags_names_and_qwen_xml_keys():
+    j = ToolDecoder(TokenIndex(PIECES), "json-tags", TOOLS)
+    feed(j, b"<tool_call>", b"\n", b'{"', b"n", b"a", b"m", b"e", b'"', b":", b" ", b'"')
+    assert b"q" not in spelled(j.allowed()) and b"play" in spelled(j.allowed())
+    feed(j, b"play_", b"time")
+    assert b'"' in spelled(j.allowed()) and all(p.startswith(b'"') for p in spelled(j.allowed()))  # only the end
+    q = ToolDecoder(TokenIndex(PIECES), "qwen-xml", TOOLS)
+    feed(q, b"<tool_call>", b"\n", b"<function=", b"play_", b"time", b">", b"\n", b"<parameter=")
+    assert {b"zone>", b"f"} <= spelled(q.allowed()) and b"a" not in spelled(q.allowed())
+
+
+def test_tools_decode_offered_names_a_slot_entered_off_the_set_is_left_to_the_parser():
+    d = glm()
+    d.feed(ID[b"<tool_call>"])
+    d.slot, d.written = None, b""  # as if the opener's own token had carried "q"
+    d._scan(b"<tool_call>q")
+    assert d.allowed() is None
+
+
+@pytest.fixture(scope="module")
+def model() -> Model:
+    return Model()
+
+
+def collect(task: Task) -> list:
+    out = []
+    while True:
+        kind, payload = task.events.get(timeout=60)
+        if kind == "token":
+            out.append(payload)
+        elif kind in ("done", "error"):
+            return out
+
+
+def test_tools_decode_offered_names_in_the_scheduler_logprobs_stay_the_models(model):
+    """The embedded model, asked about a forecast with play_track and check_forecast offered,
+    would name query_track; held, it names an offered tool, while each record's log
+    probabilities are those of the unheld logits (the held token may rank below others)."""
+    prompt_text = render(model.template("chat_template.glm.jinja"),
+                         [{"role": "user", "content": "What is the forecast for Izmir?"}],
+                         tools=MUSIC_WEATHER, add_generation_prompt=True, enable_thinking=False)
+    prompt = model.encode(prompt_text)
+    index = TokenIndex(model.token_bytes)
+    s = Scheduler(model.engine(n_slots=2), n_slots=2)
+    try:
+        free = Task(prompt=prompt, max_new=8, end_tokens=frozenset(), temperature=0.0, top_k_logprobs=3)
+        s.admit(free)
+        free_text = b"".join(model.token_bytes[r.token] for r in collect(free))
+        held = Task(prompt=prompt, max_new=8, end_tokens=frozenset(), temperature=0.0, top_k_logprobs=3,
+                    decoder=ToolDecoder(index, "glm-xml", MUSIC_WEATHER))
+        s.admit(held)
+        recs = collect(held)
+    finally:
+        s.close()
+    held_text = b"".join(model.token_bytes[r.token] for r in recs)
+    assert free_text.startswith(b"<tool_call>query")  # what the rule prevents
+    assert held_text.startswith((b"<tool_call>play_track\n", b"<tool_call>check_forecast\n"))
+    first_name = recs[1]  # the first token after <tool_call>
+    assert model.token_bytes[first_name.top[0][0]].startswith(b"q")  # the model's own favourite, reported
+    assert first_name.logprob < first_name.top[0][1]
+
+
+def _vectors():
+    rule = next(r for r in load_spec().rules if r.id == "tools.decode.offered-names")
+    return rule, [v for v in rule.vectors if v.name in ("forecast", "messages-forecast")]
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held", "free"])
+def test_tools_decode_offered_names_vectors_fail_without_the_hold(model, held):
+    from colibri.server.app import create_app
+
+    rule, vectors = _vectors()
+    svc = Service(Settings(offered_tool_names=held), model=model)
+    target = InProcessTarget(create_app(svc), {"Host": "localhost"}, model="colibri-tiny")
+    spec = load_spec()
+    outcomes = {v.name: run_vector(spec, rule, v, target) for v in vectors}
+    for name, result in outcomes.items():
+        if held:
+            assert result.outcome == "PASS", (name, result.failure)
+        else:
+            assert result.outcome == "FAIL" and "query_track" in str(result.failure), (name, result.failure)
