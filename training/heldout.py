@@ -13,9 +13,10 @@ pool word may be one token of the served model's tokenizer (check_tokens). The h
 generator has its own seed (7077) and its own phrasings; the repeat texts are drawn from these
 pools, digits and punctuation.
 
-    python training/heldout.py [--n 500] [--base-url http://127.0.0.1:8000]
+    python training/heldout.py [--n 500] [--free-tool-names] [--base-url http://127.0.0.1:8000]
 
-Without --base-url it starts `colibri serve` (the embedded model) on a free port and stops it.
+Without --base-url it starts `colibri serve` (the embedded model) on a free port and stops it;
+--free-tool-names starts it with that flag, to measure the model's own tool names and keys.
 Prints the rates as a Markdown table; --json writes them with every miss.
 """
 from __future__ import annotations
@@ -310,9 +311,14 @@ def main() -> int:
     ap.add_argument("--base-url", help="a running colibri serve (default: start one with the embedded model)")
     ap.add_argument("--model", help="serve this model directory instead of the embedded model (no --base-url)")
     ap.add_argument("--family", help="serve with this family (default: glm, the embedded model's, with --model)")
+    ap.add_argument("--free-tool-names", action="store_true",
+                    help="serve with --free-tool-names: the model alone writes each tool name and key (by default "
+                         "the server holds them to the offered tools, rule tools.decode.offered-names)")
     ap.add_argument("--json", type=Path, help="write the rates, the rates per phrasing (repeat: exact; tools: "
                     "arguments exact), the tool items by outcome and up to 20 misses per behaviour here")
     args = ap.parse_args()
+    if args.base_url and args.free_tool_names:
+        ap.error("--free-tool-names starts the server with that flag: give it without --base-url")
     if args.base_url:  # (a server given by URL does not say which tokenizer it runs: no token check)
         doc = evaluate(args.base_url.rstrip("/").removesuffix("/v1"), args.n)
     else:
@@ -328,7 +334,8 @@ def main() -> int:
 
         # The server runs from a temporary directory (live_server), so a relative path is resolved here.
         extra = (["--model", str(Path(args.model).resolve()), "--model-id", "colibri-tiny"] if args.model else []) + (
-            ["--family", args.family or "glm"] if args.model or args.family else [])
+            ["--family", args.family or "glm"] if args.model or args.family else []) + (
+            ["--free-tool-names"] if args.free_tool_names else [])
         with live_server(*extra) as base:
             doc = evaluate(base, args.n)
     print("| behaviour | rate | count |\n|---|---|---|")
