@@ -16,6 +16,7 @@ written since reach a candidate followed by one of its end markers.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -29,6 +30,12 @@ class Slot:
     kind: str  # "name": a tool's name; "key": an argument key of the tool just named
     opener: re.Pattern[bytes]  # the bytes after which the slot's text starts
     ends: tuple[bytes, ...]  # what may follow the name or key; reaching one closes the slot
+
+    @property
+    def last(self) -> bytes:
+        """The opener's final byte: a token without it cannot complete the opener, so most
+        tokens skip the search."""
+        return self.opener.pattern[-1:]
 
 
 #: Per tool_format of spec/families.yaml: the native syntax's name and key slots, as the
@@ -69,16 +76,19 @@ class TokenIndex:
             at += 1
         return out
 
-    def allowed(self, written: bytes, targets: list[bytes]) -> list[int]:
+    def allowed(self, written: bytes, targets: frozenset[bytes]) -> list[int]:
         """Tokens that keep `written` on the way to one of `targets`: each spells a next piece
-        of a target's rest, or the whole rest and more."""
+        of a target's rest, or the whole rest and more. Clients send the same tools turn after
+        turn, so the answers are kept (a few thousand, least recently used dropped)."""
+        return self._allowed(frozenset(t[len(written):] for t in targets
+                                       if t.startswith(written) and len(t) > len(written)))
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one index per model, kept for the server's life
+    def _allowed(self, rests: frozenset[bytes]) -> list[int]:
         ids: set[int] = set()
-        for target in targets:
-            if not target.startswith(written) or len(target) == len(written):
-                continue
-            rest = target[len(written):]
-            for n in range(1, len(rest)):
-                ids.update(self.exact.get(rest[:n], ()))
+        for piece in {r[:n] for r in rests for n in range(1, len(r))}:
+            ids.update(self.exact.get(piece, ()))
+        for rest in rests:
             ids.update(self.starting_with(rest))
         return sorted(ids)
 
@@ -101,39 +111,43 @@ class ToolDecoder:
         self.tail = b""  # recent output, outside any slot
         self.slot: Slot | None = None
         self.written = b""  # the open slot's bytes so far
+        # the open slot's targets (candidate + end, and the tool a name target names) that
+        # `written` is still a beginning of: all of them when the slot opens, fewer each token
+        self.live: list[tuple[bytes, str | None]] = []
         self.tool: str | None = None  # the last name written, whose keys the key slots take
 
-    def _candidates(self, slot: Slot) -> dict[bytes, str | None]:
-        """target bytes (candidate + end) → the tool it names (None for a key)."""
+    def _candidates(self, slot: Slot) -> list[tuple[bytes, str | None]]:
         if slot.kind == "name":
-            return {b + end: n for n, b in self.names.items() for end in slot.ends}
-        return {k + end: None for k in self.keys.get(self.tool or "", []) for end in slot.ends}
+            return [(b + end, n) for n, b in self.names.items() for end in slot.ends]
+        return [(k + end, None) for k in self.keys.get(self.tool or "", []) for end in slot.ends]
 
     def allowed(self) -> list[int] | None:
         if self.slot is None:
             return None
-        return self.index.allowed(self.written, list(self._candidates(self.slot))) or None
+        return self.index.allowed(self.written, frozenset(t for t, _ in self.live)) or None
 
     def feed(self, token: int) -> None:
         piece = self.index.token_bytes[token] if 0 <= token < len(self.index.token_bytes) else b""
         if self.slot is not None:
             self.written += piece
-            self._close_if_done()
+            self._step()
         else:
             self._scan(piece)
 
-    def _close_if_done(self) -> None:
+    def _step(self) -> None:
+        """Close the slot once `written` reaches a target; narrow the live targets otherwise."""
         assert self.slot is not None
-        for target, tool in self._candidates(self.slot).items():
+        for target, tool in self.live:
             if self.written.startswith(target):
                 if self.slot.kind == "name":
                     self.tool = tool
                 after = self.written[len(target):]
-                self.slot, self.written, self.tail = None, b"", b""
+                self.slot, self.written, self.live, self.tail = None, b"", [], b""
                 self._scan(after)  # the token that closed a slot may open the next one
                 return
-        if not any(t.startswith(self.written) for t in self._candidates(self.slot)):
-            self.slot, self.written = None, b""  # left the set (only when entered already off it)
+        self.live = [(t, n) for t, n in self.live if t.startswith(self.written)]
+        if not self.live:  # left the set (only when the slot was entered already off it)
+            self.slot, self.written = None, b""
 
     def _scan(self, piece: bytes) -> None:
         """Open a slot when an opener completes inside `piece`, the newest bytes."""
@@ -141,6 +155,8 @@ class ToolDecoder:
         fresh_from = len(self.tail) - len(piece)
         best: tuple[int, Slot] | None = None
         for slot in self.slots:
+            if slot.last not in piece:
+                continue
             if slot.kind == "key" and not self.keys.get(self.tool or ""):
                 continue  # no tool named yet, or one without declared properties: keys stay free
             for m in slot.opener.finditer(self.tail):
@@ -150,8 +166,8 @@ class ToolDecoder:
             return
         end, slot = best
         written = self.tail[end:]
-        targets = self._candidates(slot)
-        if not any(t.startswith(written) or written.startswith(t) for t in targets):
+        live = [(t, n) for t, n in self._candidates(slot) if t.startswith(written) or written.startswith(t)]
+        if not live:
             return  # the token that opened the slot already left the offered set: the parser judges it
-        self.slot, self.written = slot, written
-        self._close_if_done()
+        self.slot, self.written, self.live = slot, written, live
+        self._step()
