@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "2-8x the memory and a slower decode [COLI_DEQUANTIZE=1]")
     p.add_argument("--free-tool-names", action="store_true", default=os.environ.get("COLI_FREE_TOOL_NAMES") == "1",
                    help="let the model write any tool name and argument key; by default, once a call opens, "
-                        "the name is decoded from the offered tools and (glm, qwen-xml) each key from the named "
+                        "the name is decoded from the offered tools and each argument key from the named "
                         "tool's parameters (rule tools.decode.offered-names) [COLI_FREE_TOOL_NAMES=1]")
     p.add_argument("--allow-insecure-bind", action="store_true", default=os.environ.get("COLI_ALLOW_INSECURE_BIND") == "1",
                    help="bind a non-loopback address without an API key [COLI_ALLOW_INSECURE_BIND=1]")

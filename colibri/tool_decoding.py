@@ -6,12 +6,16 @@ afterwards (rule tools.call.offered-only), which costs the user the call. This m
 from being written: once the family's native syntax has opened a name slot, only tokens that
 continue one of the offered names (then the syntax's end of the name) may be sampled; in the
 XML formats the same holds for each argument key, drawn from the named tool's declared
-properties. Everything else the model writes, values included, is left alone: a slot is a few
-tokens, so the model's own choice decides every call it would have written correctly anyway.
+properties, and in the JSON format each key of the call's `arguments` object. Everything else
+the model writes, values included, is left alone: a slot is a few tokens, so the model's own
+choice decides every call it would have written correctly anyway.
 
 The decoder follows the bytes the model writes, token by token, not the parsed text: a slot
 opens when an opener pattern completes inside the newest token, and closes when the bytes
-written since reach a candidate followed by one of its end markers.
+written since reach a candidate followed by one of its end markers. In the JSON format a key
+cannot be told from a string value by a pattern, so from the `"arguments": {` of a named call
+to its closing brace the decoder reads the bytes as JSON (strings, escapes, nesting): a string
+that starts where the object expects a key, at its top level, is a key slot.
 """
 from __future__ import annotations
 
@@ -40,8 +44,7 @@ class Slot:
 
 #: Per tool_format of spec/families.yaml: the native syntax's name and key slots, as the
 #: parsers in tool_parsers.py read them (a glm name ends at the newline before its first key,
-#: or at the block's end when it has no arguments). json-tags keys are not constrained: a key
-#: there cannot be told from a string value without parsing JSON as it streams.
+#: or at the block's end when it has no arguments).
 SLOTS: dict[str, tuple[Slot, ...]] = {
     "glm-xml": (Slot("name", re.compile(rb"<tool_call>"), (b"\n", b"</tool_call>")),
                 Slot("key", re.compile(rb"<arg_key>"), (b"</arg_key>",))),
@@ -49,6 +52,9 @@ SLOTS: dict[str, tuple[Slot, ...]] = {
     "qwen-xml": (Slot("name", re.compile(rb"<tool_call>\s*<function="), (b">",)),
                  Slot("key", re.compile(rb"<parameter="), (b">",))),
 }
+#: Formats whose keys live in a JSON object: where that object opens, after the name.
+ARGUMENT_OBJECTS: dict[str, re.Pattern[bytes]] = {"json-tags": re.compile(rb'"arguments"\s*:\s*\{')}
+JSON_KEY = Slot("key", re.compile(rb'"'), (b'"',))  # a key of such an object: it ends at its quote
 
 _TAIL = 256  # bytes of recent output searched for an opener (openers are a few dozen bytes)
 
@@ -103,10 +109,10 @@ class ToolDecoder:
     token) and tells `feed(token)` what was sampled."""
 
     def __init__(self, index: TokenIndex, fmt: str, tools: list[dict[str, Any]]):
-        self.index, self.slots = index, SLOTS[fmt]
+        self.index, self.slots, self.objects = index, SLOTS[fmt], ARGUMENT_OBJECTS.get(fmt)
         self.names = {n: _name_bytes(n, fmt) for n in declared(tools)}
-        self.keys = {n: [k.encode() for k in ((fn.get("parameters") or fn.get("input_schema") or {})
-                                              .get("properties") or {})]
+        self.keys = {n: [_name_bytes(k, fmt) for k in ((fn.get("parameters") or fn.get("input_schema") or {})
+                                                       .get("properties") or {})]
                      for n, fn in declared(tools).items()}
         self.tail = b""  # recent output, outside any slot
         self.slot: Slot | None = None
@@ -115,6 +121,9 @@ class ToolDecoder:
         # `written` is still a beginning of: all of them when the slot opens, fewer each token
         self.live: list[tuple[bytes, str | None]] = []
         self.tool: str | None = None  # the last name written, whose keys the key slots take
+        # inside a named call's JSON arguments object: nesting depth (0: not inside one),
+        # whether a string is open (and its last byte a backslash), whether a key comes next
+        self.depth, self.in_string, self.escaped, self.key_next = 0, False, False, False
 
     def _candidates(self, slot: Slot) -> list[tuple[bytes, str | None]]:
         if slot.kind == "name":
@@ -132,7 +141,24 @@ class ToolDecoder:
             self.written += piece
             self._step()
         else:
-            self._scan(piece)
+            self._route(piece)
+
+    def _route(self, data: bytes) -> None:
+        """Bytes outside any slot: JSON arguments are read as JSON, anything else searched."""
+        if self.depth:
+            self._json(data)
+        else:
+            self._scan(data)
+
+    def _open(self, slot: Slot, written: bytes) -> bool:
+        """Enter `slot` with the bytes already written into it; False when they already left
+        every target (the token that opened the slot carried a wrong start: the parser judges)."""
+        live = [(t, n) for t, n in self._candidates(slot) if t.startswith(written) or written.startswith(t)]
+        if not live:
+            return False
+        self.slot, self.written, self.live = slot, written, live
+        self._step()
+        return True
 
     def _step(self) -> None:
         """Close the slot once `written` reaches a target; narrow the live targets otherwise."""
@@ -142,32 +168,68 @@ class ToolDecoder:
                 if self.slot.kind == "name":
                     self.tool = tool
                 after = self.written[len(target):]
-                self.slot, self.written, self.live, self.tail = None, b"", [], b""
-                self._scan(after)  # the token that closed a slot may open the next one
+                self.slot, self.written, self.live = None, b"", []
+                if self.depth:
+                    self.key_next = False  # the key's own closing quote was part of the target
+                else:
+                    self.tail = b""
+                self._route(after)  # the token that closed a slot may open the next one
                 return
         self.live = [(t, n) for t, n in self.live if t.startswith(self.written)]
         if not self.live:  # left the set (only when the slot was entered already off it)
             self.slot, self.written = None, b""
 
     def _scan(self, piece: bytes) -> None:
-        """Open a slot when an opener completes inside `piece`, the newest bytes."""
+        """Open a slot, or a named call's JSON arguments, when its opener completes inside
+        `piece`, the newest bytes."""
         self.tail = (self.tail + piece)[-_TAIL:]
         fresh_from = len(self.tail) - len(piece)
-        best: tuple[int, Slot] | None = None
-        for slot in self.slots:
-            if slot.last not in piece:
-                continue
-            if slot.kind == "key" and not self.keys.get(self.tool or ""):
+        best: tuple[int, Slot | None] | None = None
+        openers: list[tuple[re.Pattern[bytes], Slot | None]] = [(slot.opener, slot) for slot in self.slots]
+        if self.objects is not None and self.keys.get(self.tool or ""):
+            openers.append((self.objects, None))  # None: the arguments object, not a slot
+        for opener, slot in openers:
+            if opener.pattern[-1:] not in piece:
+                continue  # a token without the opener's last byte cannot complete it
+            if slot is not None and slot.kind == "key" and not self.keys.get(self.tool or ""):
                 continue  # no tool named yet, or one without declared properties: keys stay free
-            for m in slot.opener.finditer(self.tail):
+            for m in opener.finditer(self.tail):
                 if m.end() > fresh_from and (best is None or m.end() > best[0]):
                     best = (m.end(), slot)
         if best is None:
             return
         end, slot = best
-        written = self.tail[end:]
-        live = [(t, n) for t, n in self._candidates(slot) if t.startswith(written) or written.startswith(t)]
-        if not live:
-            return  # the token that opened the slot already left the offered set: the parser judges it
-        self.slot, self.written, self.live = slot, written, live
-        self._step()
+        rest = self.tail[end:]
+        if slot is None:
+            self.depth, self.in_string, self.escaped, self.key_next = 1, False, False, True
+            self._json(rest)
+        else:
+            self._open(slot, rest)
+
+    def _json(self, data: bytes) -> None:
+        """Read the arguments object byte by byte; a string that starts where a key is due at
+        its top level opens a key slot."""
+        for i, c in enumerate(data):
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif c == 0x5C:  # backslash
+                    self.escaped = True
+                elif c == 0x22:  # closing quote
+                    self.in_string = False
+            elif c == 0x22:
+                if self.depth == 1 and self.key_next and self._open(JSON_KEY, data[i + 1:]):
+                    return  # the slot took the rest of the bytes
+                self.in_string = True
+            elif c in b"{[":
+                self.depth += 1
+            elif c in b"}]":
+                self.depth -= 1
+                if self.depth == 0:  # the object closed: back to searching for openers
+                    self.tail = b""
+                    self._scan(data[i + 1:])
+                    return
+            elif self.depth == 1 and c == 0x2C:  # comma: a key comes next
+                self.key_next = True
+            elif self.depth == 1 and c == 0x3A:  # colon: a value comes next
+                self.key_next = False

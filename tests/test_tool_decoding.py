@@ -94,6 +94,39 @@ def test_tools_decode_offered_names_json_tags_names_and_qwen_xml_keys():
     assert {b"zone>", b"f"} <= spelled(q.allowed()) and b"a" not in spelled(q.allowed())
 
 
+def feed_bytes(d: ToolDecoder, text: str) -> None:
+    """Feed `text` one byte (one single-byte token) at a time."""
+    for c in text.encode():
+        d.feed(ID[bytes([c])])
+
+
+def json_call() -> ToolDecoder:
+    j = ToolDecoder(TokenIndex(PIECES), "json-tags", TOOLS)
+    feed_bytes(j, '<tool_call>\n{"name": "play_time", "arguments": {')
+    return j
+
+
+def test_tools_decode_offered_names_json_keys_are_the_named_tools_own():
+    j = json_call()
+    assert j.allowed() is None  # whitespace may come before the key's quote
+    feed_bytes(j, ' "')
+    assert spelled(j.allowed()) >= {b"z", b"f"} and b"a" not in spelled(j.allowed())
+    feed_bytes(j, 'zone"')
+    assert j.slot is None
+    feed_bytes(j, ': "Europe, \\"Paris\\", ')  # a value holding a comma and escaped quotes
+    assert j.slot is None and j.in_string  # still inside the value: no key slot opened
+    feed_bytes(j, '", "')
+    assert spelled(j.allowed()) >= {b"z", b"f"}  # a second key, after the comma
+
+
+def test_tools_decode_offered_names_json_nested_values_hold_no_keys_and_the_next_call_opens_again():
+    j = json_call()
+    feed_bytes(j, '"format": {"a": ["x", {"b": 1}], "c": "d"}')
+    assert j.slot is None and j.depth == 1  # nested objects' keys are values' insides, not held
+    feed_bytes(j, '}}\n</tool_call>\n<tool_call>\n{"name": "')
+    assert j.depth == 0 and j.slot is not None and j.slot.kind == "name"
+
+
 def test_tools_decode_offered_names_a_slot_entered_off_the_set_is_left_to_the_parser():
     d = glm()
     d.feed(ID[b"<tool_call>"])
@@ -147,7 +180,7 @@ def test_tools_decode_offered_names_in_the_scheduler_logprobs_stay_the_models(mo
 
 def _vectors():
     rule = next(r for r in load_spec().rules if r.id == "tools.decode.offered-names")
-    return rule, [v for v in rule.vectors if v.name in ("forecast", "messages-forecast")]
+    return rule, [v for v in rule.vectors if v.name in ("forecast", "messages-forecast", "chatml-forecast")]
 
 
 @pytest.mark.parametrize("held", [True, False], ids=["held", "free"])
@@ -155,10 +188,13 @@ def test_tools_decode_offered_names_vectors_fail_without_the_hold(model, held):
     from colibri.server.app import create_app
 
     rule, vectors = _vectors()
-    svc = Service(Settings(offered_tool_names=held), model=model)
-    target = InProcessTarget(create_app(svc), {"Host": "localhost"}, model="colibri-tiny")
     spec = load_spec()
-    outcomes = {v.name: run_vector(spec, rule, v, target) for v in vectors}
+    outcomes = {}
+    for v in vectors:
+        svc = Service(Settings(family=v.server.get("family", "glm"), offered_tool_names=held), model=model, spec=spec)
+        target = InProcessTarget(create_app(svc), {"Host": "localhost"}, model="colibri-tiny")
+        outcomes[v.name] = run_vector(spec, rule, v, target)
+    assert len(outcomes) == 3
     for name, result in outcomes.items():
         if held:
             assert result.outcome == "PASS", (name, result.failure)
