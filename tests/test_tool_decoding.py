@@ -200,3 +200,46 @@ def test_tools_decode_offered_names_vectors_fail_without_the_hold(model, held):
             assert result.outcome == "PASS", (name, result.failure)
         else:
             assert result.outcome == "FAIL" and "query_track" in str(result.failure), (name, result.failure)
+
+
+class Broken:
+    """A decoder that fails: in `allowed` (before a sample) or in `feed` (after one)."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def allowed(self):
+        if self.where == "allowed":
+            raise RuntimeError("decoder broke before sampling")
+        return None
+
+    def feed(self, token: int) -> None:
+        if self.where == "feed":
+            raise RuntimeError("decoder broke after sampling")
+
+
+@pytest.mark.parametrize("where", ["allowed", "feed"])
+def test_tools_decode_offered_names_a_failing_decoder_fails_its_request_alone(model, where):
+    """The decoder runs on the engine thread: should it raise, its own request ends with an
+    error and a batch-mate's tokens are exactly those it gets alone."""
+    prompt = model.encode("Count from one to ten.")
+    s = Scheduler(model.engine(n_slots=2), n_slots=2, step_delay=0.002)
+    try:
+        alone = Task(prompt=prompt, max_new=16, end_tokens=frozenset(), temperature=0.0)
+        s.admit(alone)
+        want = [r.token for r in collect(alone)]
+        good = Task(prompt=prompt, max_new=16, end_tokens=frozenset(), temperature=0.0)
+        bad = Task(prompt=prompt, max_new=16, end_tokens=frozenset(), temperature=0.0, decoder=Broken(where))
+        s.admit(good)
+        s.admit(bad)
+        kinds = []
+        while True:
+            kind, _ = bad.events.get(timeout=60)
+            kinds.append(kind)
+            if kind in ("done", "error"):
+                break
+        assert kinds[-1] == "error"
+        assert [r.token for r in collect(good)] == want
+        assert s.thread.is_alive() and s.snapshot()["failed"] == 1
+    finally:
+        s.close()
