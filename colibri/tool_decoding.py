@@ -35,12 +35,6 @@ class Slot:
     opener: re.Pattern[bytes]  # the bytes after which the slot's text starts
     ends: tuple[bytes, ...]  # what may follow the name or key; reaching one closes the slot
 
-    @property
-    def last(self) -> bytes:
-        """The opener's final byte: a token without it cannot complete the opener, so most
-        tokens skip the search."""
-        return self.opener.pattern[-1:]
-
 
 #: Per tool_format of spec/families.yaml: the native syntax's name and key slots, as the
 #: parsers in tool_parsers.py read them (a glm name ends at the newline before its first key,
@@ -54,7 +48,7 @@ SLOTS: dict[str, tuple[Slot, ...]] = {
 }
 #: Formats whose keys live in a JSON object: where that object opens, after the name.
 ARGUMENT_OBJECTS: dict[str, re.Pattern[bytes]] = {"json-tags": re.compile(rb'"arguments"\s*:\s*\{')}
-JSON_KEY = Slot("key", re.compile(rb'"'), (b'"',))  # a key of such an object: it ends at its quote
+JSON_KEY = Slot("key", re.compile(rb'"'), (b'"',))  # a key of such an object, ending at its quote (opened by _json, never searched for)
 
 _TAIL = 256  # bytes of recent output searched for an opener (openers are a few dozen bytes)
 
@@ -110,10 +104,11 @@ class ToolDecoder:
 
     def __init__(self, index: TokenIndex, fmt: str, tools: list[dict[str, Any]]):
         self.index, self.slots, self.objects = index, SLOTS[fmt], ARGUMENT_OBJECTS.get(fmt)
-        self.names = {n: _name_bytes(n, fmt) for n in declared(tools)}
+        offered = declared(tools)
+        self.names = {n: _name_bytes(n, fmt) for n in offered}
         self.keys = {n: [_name_bytes(k, fmt) for k in ((fn.get("parameters") or fn.get("input_schema") or {})
                                                        .get("properties") or {})]
-                     for n, fn in declared(tools).items()}
+                     for n, fn in offered.items()}
         self.tail = b""  # recent output, outside any slot
         self.slot: Slot | None = None
         self.written = b""  # the open slot's bytes so far
