@@ -260,10 +260,17 @@ RECIPES = {
     # (Gen.earlier_calls).
     "selections": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                    "vocab_values": 0.35, "wrappers": 0.25, "selections": 1.0},
+    # training/README "Look-alike tools": composed-colons, with half of the domain requests offered
+    # beside tools of other domains that take the same argument types (tooldomains.LOOK_ALIKES:
+    # weather beside the clock, music and web search), so that the request's words and the
+    # tools' names choose the tool, not the shape of the values.
+    "look-alikes": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
+                    "vocab_values": 0.35, "wrappers": 0.25, "composed": 0.5, "colons": 0.3,
+                    "repeat_with_tools": 0.08, "look_alikes": 0.5},
 }
 FEATURES_OFF = {"soup": 0.0, "colons": 0.0, "repeat_with_tools": 0.0, "vocab_texts": 0.0,  # the older recipes'
                 "script_chars": 0.0, "vocab_values": 0.0, "wrappers": 0.0, "named": 0.0, "edge_quotes": 0.0,
-                "composed": 0.0, "selections": 0.0}
+                "composed": 0.0, "selections": 0.0, "look_alikes": 0.0}
 #: The closing marks the "named-overlap" recipe puts at the edges of repeat texts.
 EDGE_QUOTES = ['"', "'", "”", "’", "»", ")", "]", "」"]
 
@@ -304,7 +311,8 @@ class Gen:
         # samples the generator to confirm it)
         held_out_tools = [tooldomains.loose(p) for _, ps in heldout.TOOLS.values() for p in ps]
         self.tools = ToolTasks(self.lex, self.vocab_value, self.recipe["vocab_values"], self.recipe["wrappers"],
-                               self.recipe["named"], self.recipe["composed"], held_out_tools)
+                               self.recipe["named"], self.recipe["composed"], held_out_tools,
+                               self.recipe["look_alikes"])
 
     def vocab_value(self, kind: str) -> str:
         """An argument value of `kind` (tooldomains.VOCAB_KINDS) glued from vocabulary pieces."""
@@ -655,7 +663,7 @@ def main() -> None:
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="composed-colons",
                     help="composed-colons: the shipped weights' corpus; run2: the first shipped model's (and the "
                          "tokenizer's); copy-values: the second and third shipped models'; free-heads, soup-colons, "
-                         "vocab-texts, named-overlap, composed, selections, mostly-composed: runs not shipped "
+                         "vocab-texts, named-overlap, composed, selections, mostly-composed, look-alikes: runs not shipped "
                          "(training/README)")
     ap.add_argument("--tokenizer", default=str(MODEL_DIR / "tokenizer.json"),
                     help="the tokenizer.json a recipe with vocabulary texts draws tokens from, the one the model "

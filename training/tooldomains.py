@@ -232,6 +232,18 @@ IMPERATIVE_FRAMES = ["{C}.", "{C}, please.", "Please {c}.", "Can you {c}?", "Cou
                      "{C}"]
 
 
+def signature(d: int) -> tuple[str, ...]:
+    """A domain's argument types, sorted: ("integer", "string") for a table booking."""
+    return tuple(sorted(ROLES[role][0] for role in DOMAINS[d][1]))
+
+
+#: Per domain, the other domains whose tools take the same argument types (weather, clock, music
+#: and web search each take one string): offered together, the values cannot tell which tool a
+#: request is for, only its words and the tools' names can (the "look-alikes" recipe).
+LOOK_ALIKES: list[list[int]] = [[o for o in range(len(DOMAINS)) if o != d and signature(o) == signature(d)]
+                                for d in range(len(DOMAINS))]
+
+
 def expand(r: Any, pattern: str) -> str:
     """One spelling of a COMPOSED pattern: each "[part]" kept half the time, each "(a|b)" one of
     its alternatives (alternatives do not nest)."""
@@ -336,7 +348,7 @@ def wrap(r: Any, template: str, request: str) -> str:
 class ToolTasks:
     def __init__(self, lex: Lexicon, vocab_value: Callable[[str], str] | None = None, vocab_values: float = 0.0,
                  wrappers: float = 0.0, named: float = 0.0, composed: float = 0.0,
-                 forbidden: list[list[str]] | None = None):
+                 forbidden: list[list[str]] | None = None, look_alikes: float = 0.0):
         self.lex = lex
         self.r = lex.r
         self.vocab_value = vocab_value  # kind -> a value drawn from the model's vocabulary
@@ -345,6 +357,7 @@ class ToolTasks:
         self.named = named  # share of targets renamed after a keyword their request uses
         self.composed = composed  # share of domain requests composed (COMPOSED) instead of listed
         self.forbidden = forbidden or []  # phrasings (as `loose` words) a composed request never holds
+        self.look_alikes = look_alikes  # share of tasks whose other offered tools take the same argument types
         self.others: list[tuple[int, dict, dict[str, str]]] = []  # the last task's other offered tools
 
     def tool(self, domain: int | None = None) -> tuple[int, dict, dict[str, str]]:
@@ -417,8 +430,17 @@ class ToolTasks:
         old = target["function"]["name"]
         self.others = []
         used = {old}
+        near: list[int] = []
+        if self.look_alikes and r.random() < self.look_alikes:  # (no draw when off: the older recipes keep their bytes)
+            near = LOOK_ALIKES[d]
         for _ in range(r.choice([0, 1, 1, 2, 2, 3])):
-            od = r.choice([i for i in range(len(DOMAINS)) if i != d])
+            if near:  # look-alikes of distinct domains, so that one offered tool fits the request
+                left = [o for o in near if o not in {od for od, _, _ in self.others}]
+                if not left:
+                    break
+                od = r.choice(left)
+            else:
+                od = r.choice([i for i in range(len(DOMAINS)) if i != d])
             _, t, oparams = self.tool(od)
             if t["function"]["name"] not in used:
                 used.add(t["function"]["name"])
