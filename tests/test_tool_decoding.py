@@ -151,11 +151,11 @@ def collect(task: Task) -> list:
 
 
 def test_tools_decode_offered_names_in_the_scheduler_logprobs_stay_the_models(model):
-    """The embedded model, asked about a forecast with play_track and check_forecast offered,
-    would name query_track; held, it names an offered tool, while each record's log
+    """The embedded model, asked whether it will rain with play_track and check_forecast
+    offered, would name query_track; held, it names an offered tool, while each record's log
     probabilities are those of the unheld logits (the held token may rank below others)."""
     prompt_text = render(model.template("chat_template.glm.jinja"),
-                         [{"role": "user", "content": "What is the forecast for Izmir?"}],
+                         [{"role": "user", "content": "Will it rain in Izmir tomorrow?"}],
                          tools=MUSIC_WEATHER, add_generation_prompt=True, enable_thinking=False)
     prompt = model.encode(prompt_text)
     index = TokenIndex(model.token_bytes)
@@ -180,7 +180,7 @@ def test_tools_decode_offered_names_in_the_scheduler_logprobs_stay_the_models(mo
 
 def _vectors():
     rule = next(r for r in load_spec().rules if r.id == "tools.decode.offered-names")
-    return rule, [v for v in rule.vectors if v.name in ("forecast", "messages-forecast", "chatml-forecast")]
+    return rule, [v for v in rule.vectors if v.name in ("rain", "messages-forecast", "chatml-song")]
 
 
 @pytest.mark.parametrize("held", [True, False], ids=["held", "free"])
