@@ -260,10 +260,10 @@ RECIPES = {
     # (Gen.earlier_calls).
     "selections": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                    "vocab_values": 0.35, "wrappers": 0.25, "selections": 1.0},
-    # training/README "Look-alike tools": composed-colons, with half of the domain requests offered
-    # beside tools of other domains that take the same argument types (tooldomains.LOOK_ALIKES:
-    # weather beside the clock, music and web search), so that the request's words and the
-    # tools' names choose the tool, not the shape of the values.
+    # The shipped weights' last fine-tune (training/README "Look-alike tools"): composed-colons,
+    # with half of the domain requests offered beside tools of other domains that take the same
+    # argument types (tooldomains.LOOK_ALIKES: weather beside the clock, music and web search),
+    # so that the request's words and the tools' names choose the tool, not the values' shape.
     "look-alikes": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
                     "vocab_values": 0.35, "wrappers": 0.25, "composed": 0.5, "colons": 0.3,
                     "repeat_with_tools": 0.08, "look_alikes": 0.5},
@@ -661,10 +661,10 @@ def main() -> None:
     ap.add_argument("--valid", type=int, default=600, help="validation conversations (own seed)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--recipe", choices=sorted(RECIPES), default="composed-colons",
-                    help="composed-colons: the shipped weights' corpus; run2: the first shipped model's (and the "
-                         "tokenizer's); copy-values: the second and third shipped models'; free-heads, soup-colons, "
-                         "vocab-texts, named-overlap, composed, selections, mostly-composed, look-alikes: runs not shipped "
-                         "(training/README)")
+                    help="composed-colons: the shipped weights' corpus, look-alikes: their last fine-tune's; run2: the "
+                         "first shipped model's (and the tokenizer's); copy-values: the second and third shipped "
+                         "models'; free-heads, soup-colons, vocab-texts, named-overlap, composed, selections, "
+                         "mostly-composed: runs not shipped (training/README)")
     ap.add_argument("--tokenizer", default=str(MODEL_DIR / "tokenizer.json"),
                     help="the tokenizer.json a recipe with vocabulary texts draws tokens from, the one the model "
                          "then trains on (default: the shipped one)")
