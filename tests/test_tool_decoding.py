@@ -3,8 +3,12 @@ tools and (glm-xml, qwen-xml) each argument key from the named tool's parameters
 
 The decoder is tried on a small vocabulary made up here (so every slot edge is reached on
 purpose), then in the scheduler on the embedded model, and the rule's vectors are shown to
-fail on the same model with the hold off: without it the model names `query_track`."""
+fail on the same model with the hold off: without it the model names a tool of its own making
+(`query_track`, `query_forecast`)."""
 from __future__ import annotations
+
+import ast
+import re
 
 import pytest
 
@@ -152,8 +156,9 @@ def collect(task: Task) -> list:
 
 def test_tools_decode_offered_names_in_the_scheduler_logprobs_stay_the_models(model):
     """The embedded model, asked whether it will rain with play_track and check_forecast
-    offered, would name query_track; held, it names an offered tool, while each record's log
-    probabilities are those of the unheld logits (the held token may rank below others)."""
+    offered, would name a tool of its own (query_forecast); held, it names an offered tool,
+    while each record's log probabilities are those of the unheld logits (the held token may
+    rank below others)."""
     prompt_text = render(model.template("chat_template.glm.jinja"),
                          [{"role": "user", "content": "Will it rain in Izmir tomorrow?"}],
                          tools=MUSIC_WEATHER, add_generation_prompt=True, enable_thinking=False)
@@ -180,7 +185,7 @@ def test_tools_decode_offered_names_in_the_scheduler_logprobs_stay_the_models(mo
 
 def _vectors():
     rule = next(r for r in load_spec().rules if r.id == "tools.decode.offered-names")
-    return rule, [v for v in rule.vectors if v.name in ("rain", "messages-forecast", "chatml-song")]
+    return rule, [v for v in rule.vectors if v.name in ("rain", "messages-song", "chatml-song")]
 
 
 @pytest.mark.parametrize("held", [True, False], ids=["held", "free"])
@@ -199,7 +204,9 @@ def test_tools_decode_offered_names_vectors_fail_without_the_hold(model, held):
         if held:
             assert result.outcome == "PASS", (name, result.failure)
         else:
-            assert result.outcome == "FAIL" and "query_track" in str(result.failure), (name, result.failure)
+            assert result.outcome == "FAIL", (name, result.failure)
+            named = ast.literal_eval(re.search(r"got (\[.*\])", str(result.failure)).group(1))
+            assert set(named) - {"play_track", "check_forecast"}, (name, named)  # e.g. query_track
 
 
 class Broken:
