@@ -196,8 +196,8 @@ def _types(tool: dict) -> tuple[str, ...]:
 
 
 def look_alike_share(recipe: str) -> float:
-    """Of the domain calls offered beside other tools, the share whose other tools all take the
-    called tool's argument types."""
+    """Of the calls made with two or more tools offered (domain, fixed and generic tools alike),
+    the share whose other offered tools all take the called tool's argument types."""
     g = corpus.Gen(random.Random(3), recipe, SHIPPED_TOKENIZER)
     alike = seen = 0
     for _ in range(3000):
