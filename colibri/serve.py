@@ -55,6 +55,8 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .server.systemone import PROMPT_LAYOUTS
+
     p = argparse.ArgumentParser(prog="colibri serve", description="Serve the OpenAI- and Anthropic-compatible API "
                                 "on the embedded model (or --model DIR). Every flag has a COLI_* env variable.")
     for flag, env, typ, default, helptext in OPTIONS:
@@ -75,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let the model write any tool name and argument key; by default, once a call opens, "
                         "the name is decoded from the offered tools and each argument key from the named "
                         "tool's parameters (rule tools.decode.offered-names) [COLI_FREE_TOOL_NAMES=1]")
+    p.add_argument("--systemone-prompt", default=os.environ.get("COLI_SYSTEMONE_PROMPT", "shared-first"),
+                   choices=PROMPT_LAYOUTS,
+                   help="how /v1/systemone lays out each question's prompt: shared-first (default) puts the answer "
+                        "instruction and options before the question, so questions of one type and options share "
+                        "them and a many-question request computes them once; transformers is transformers "
+                        "serve's DECISION_PROMPT, for the same probabilities as it on the same weights "
+                        "[COLI_SYSTEMONE_PROMPT]")
     p.add_argument("--allow-insecure-bind", action="store_true", default=os.environ.get("COLI_ALLOW_INSECURE_BIND") == "1",
                    help="bind a non-loopback address without an API key [COLI_ALLOW_INSECURE_BIND=1]")
     return p
@@ -94,7 +103,8 @@ def settings_from(args: argparse.Namespace) -> Any:
                     keepalive_seconds=float(args.keepalive), step_delay=float(args.debug_step_delay),
                     kv_dir=args.kv_dir or None, dequantize=bool(args.dequantize),
                     responses_max=int(args.responses_max), responses_max_bytes=int(args.responses_max_bytes),
-                    profile_turns=int(args.profile_turns), offered_tool_names=not args.free_tool_names)
+                    profile_turns=int(args.profile_turns), offered_tool_names=not args.free_tool_names,
+                    systemone_prompt=args.systemone_prompt)
 
 
 SPARE_THREADS = 4  # for /health, /metrics, static files and refusals while every slot and queue place is taken
@@ -143,6 +153,10 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--idle-timeout must be at least 1 second, not {args.idle_timeout}"
     if int(args.profile_turns) < 0:
         return f"--profile-turns must be 0 or more, not {args.profile_turns}"
+    from .server.systemone import PROMPT_LAYOUTS
+
+    if args.systemone_prompt not in PROMPT_LAYOUTS:  # argparse checks the flag, not the env variable
+        return f"--systemone-prompt must be one of {', '.join(PROMPT_LAYOUTS)}, not {args.systemone_prompt!r}"
     return None
 
 

@@ -15,7 +15,7 @@ from .exchange import InProcessTarget
 
 
 def model_target(path: Any, *, model_id: str | None = None, kv_slots: int = 1, n_threads: int = 0,
-                 dequantize: bool = False) -> tuple[InProcessTarget, Service]:
+                 dequantize: bool = False, systemone_prompt: str = "shared-first") -> tuple[InProcessTarget, Service]:
     """colibri in-process on a model directory or GGUF file, with the family its own chat
     template shows (as `colibri serve --model` detects it): for comparisons with other servers."""
     from colibri.families import detect_family
@@ -24,7 +24,7 @@ def model_target(path: Any, *, model_id: str | None = None, kv_slots: int = 1, n
     model = Model(path)
     family, _ = detect_family(model.own_template(), load_spec())
     svc = Service(Settings(model_id=model_id or model.name, family=family, kv_slots=kv_slots, n_threads=n_threads,
-                           dequantize=dequantize), model=model)
+                           dequantize=dequantize, systemone_prompt=systemone_prompt), model=model)
     return InProcessTarget(create_app(svc), {"Host": "localhost"}, model=svc.settings.model_id), svc
 
 

@@ -22,16 +22,35 @@ def client():
     return svc, testing.TestClient(create_app(svc))
 
 
-def test_prompt_layout_per_type():
+def test_prompt_layout_per_type_transformers():
+    """transformers serve's DECISION_PROMPT: instructions, options, closing line."""
     choice = Question("c", "choice", "What is it about?", ["billing", "damage"], [None, "Broken goods"], [])
-    assert prompt_text("The box arrived crushed.", choice, ["A", "B"]) == (
+    assert prompt_text("The box arrived crushed.", choice, ["A", "B"], "transformers") == (
         "The box arrived crushed.\n\nWhat is it about?\nA. billing\nB. damage: Broken goods\n"
         "Answer with the letter of the option that fits best (A to B) only.")
     score = Question("s", "score", None, ["0", "1"], [{"level": "low"}, "high"], [{"level": "low"}, "high"])
-    assert prompt_text({"a": 1}, score, ["A", "B"]) == (
+    assert prompt_text({"a": 1}, score, ["A", "B"], "transformers") == (
         '{"a": 1}\n\nA. {"level": "low"}\nB. high\nAnswer with the letter of the level that fits best (A to B) only.')
     noul = Question("n", "noul", "Is it paid?", ["true", "false"], ["paid in full", None], [])
-    assert prompt_text("x", noul, ["Yes", "No"]) == "x\n\nIs it paid?\nYes: paid in full\nAnswer Yes or No only."
+    assert prompt_text("x", noul, ["Yes", "No"], "transformers") == (
+        "x\n\nIs it paid?\nYes: paid in full\nAnswer Yes or No only.")
+    bare = Question("n", "noul", None, ["true", "false"], [None, None], [])
+    assert prompt_text("x", bare, ["Yes", "No"], "transformers") == "x\n\n\nAnswer Yes or No only."
+
+
+def test_prompt_layout_per_type_shared_first():
+    """The default: closing line and options (what questions of one type and options share)
+    before the question's own instructions."""
+    choice = Question("c", "choice", "What is it about?", ["billing", "damage"], [None, "Broken goods"], [])
+    assert prompt_text("The box arrived crushed.", choice, ["A", "B"]) == (
+        "The box arrived crushed.\n\nAnswer with the letter of the option that fits best (A to B) only.\n"
+        "A. billing\nB. damage: Broken goods\nQuestion: What is it about?")
+    score = Question("s", "score", None, ["0", "1"], [{"level": "low"}, "high"], [{"level": "low"}, "high"])
+    assert prompt_text({"a": 1}, score, ["A", "B"]) == (
+        '{"a": 1}\n\nAnswer with the letter of the level that fits best (A to B) only.\nA. {"level": "low"}\nB. high')
+    noul = Question("n", "noul", {"ask": "paid?"}, ["true", "false"], ["paid in full", None], [])
+    assert prompt_text("x", noul, ["Yes", "No"]) == (
+        'x\n\nAnswer Yes or No only.\nYes: paid in full\nQuestion: {"ask": "paid?"}')
 
 
 def test_answer_formulas_and_ties():
@@ -108,3 +127,84 @@ def test_s1_questions_scored_together_equal_each_asked_alone(client):
                 assert got[key] == pytest.approx(alone[key], abs=1e-5), (name, key)
         for option, p in alone.get("probabilities", {}).items():
             assert got["probabilities"][option] == pytest.approx(p, abs=1e-5), (name, option)
+
+
+def test_s1_prefix_reused_for_what_questions_of_one_type_share(client):
+    """In the shared-first layout the closing line and option lines of questions with the
+    same type and options come before their own instructions: the scheduler computes that
+    block once, as it does the state, and each answer stays what the question gets alone."""
+    from colibri.server.prompt import ChatInput
+    from colibri.server.scheduler import common_head
+    from colibri.server.systemone import parse_questions, prompt_text
+
+    svc, c = client
+    assert svc.settings.systemone_prompt == "shared-first"  # the default
+    state = "Ticket 4411: the invoice was charged twice and the support line never answered. " * 4
+    criteria = {f"option {k}": f"the customer's problem is mostly about {k}, as the ticket describes it"
+                for k in ("billing", "delivery", "damage", "support")}
+    asked = ["What is the main problem?", "What should be fixed first?", "What would a manager read first?"]
+    questions = {f"q{i}": {"type": "choice", "instructions": text, "criteria": criteria} for i, text in enumerate(asked)}
+    questions["other"] = {"type": "noul", "instructions": "Was it charged twice?"}
+    body = {"model": "colibri-tiny", "state": state, "questions": questions}
+    c.simulate_post("/v1/systemone", headers=HOST, json={**body, "state": "x"})  # the slot holds another state
+    together = c.simulate_post("/v1/systemone", headers=HOST, json=body).json
+
+    labels = {"choice": ["A", "B", "C", "D"], "noul": svc.systemone_labels.noul[0]}
+    prompts = [svc.render(ChatInput(messages=[{"role": "user", "content": prompt_text(state, q, labels[q.type])}]))[1]
+               for q in parse_questions(body)]
+    everyone, choices = common_head(prompts), common_head(prompts[:3])
+    assert choices - everyone >= 16  # the closing line and four described options
+    computed = sum(map(len, prompts)) - together["usage"]["input_tokens_details"]["cached_tokens"]
+    # the state once (less what the slot kept: the template's opening), the shared block once, then only tails
+    assert computed <= everyone + (choices - everyone) + sum(len(p) - choices for p in prompts[:3]) + len(
+        prompts[3]) - everyone
+    assert computed < everyone + sum(len(p) - everyone for p in prompts)  # less than sharing the state alone
+
+    for name, q in questions.items():
+        alone = c.simulate_post("/v1/systemone", headers=HOST, json={**body, "questions": {name: q}}).json
+        got, want = together["answers"][name], alone["answers"][name]
+        for key in ("noul", "confidence", "entropy"):
+            if key in want:
+                assert got[key] == pytest.approx(want[key], abs=1e-5), (name, key)
+        for option, p in want.get("probabilities", {}).items():
+            assert got["probabilities"][option] == pytest.approx(p, abs=1e-5), (name, option)
+
+
+def test_prompt_layout_setting_flag_env_and_health(client, monkeypatch):
+    """`--systemone-prompt` (or COLI_SYSTEMONE_PROMPT) picks the layout; an unknown one from the
+    environment is refused before start, as argparse refuses it on the command line; /health
+    says which layout is served."""
+    from colibri.serve import build_parser, check_args, settings_from
+
+    assert settings_from(build_parser().parse_args([])).systemone_prompt == "shared-first"
+    args = build_parser().parse_args(["--systemone-prompt", "transformers"])
+    assert check_args(args) is None and settings_from(args).systemone_prompt == "transformers"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--systemone-prompt", "vllm"])
+    monkeypatch.setenv("COLI_SYSTEMONE_PROMPT", "vllm")
+    assert check_args(build_parser().parse_args([])) == (
+        "--systemone-prompt must be one of shared-first, transformers, not 'vllm'")
+    with pytest.raises(ValueError, match="unknown System One prompt layout 'vllm'"):
+        Service(Settings(systemone_prompt="vllm"), model=client[0].model)
+    assert client[1].simulate_get("/health", headers=HOST).json["systemone"]["prompt"] == "shared-first"
+
+
+def test_transformers_layout_is_what_the_server_reads_when_set(client):
+    """With `--systemone-prompt transformers` the server reads transformers serve's prompts:
+    the usage counts exactly their tokens (bench/peers/systemone_agreement.py compares the
+    probabilities with transformers serve itself)."""
+    from colibri.server.prompt import ChatInput
+    from colibri.server.systemone import parse_questions, prompt_text
+
+    svc = Service(Settings(kv_slots=1, systemone_prompt="transformers"), model=client[0].model)
+    c = testing.TestClient(create_app(svc))
+    body = {"model": "colibri-tiny", "state": "The lamp flickers when the fan runs.",
+            "questions": {"cause": {"type": "choice", "instructions": "What is the cause?",
+                                    "criteria": {"wiring": None, "bulb": "an old bulb"}},
+                          "safe": {"type": "noul", "instructions": "Is it safe?"}}}
+    got = c.simulate_post("/v1/systemone", headers=HOST, json=body).json
+    labels = {"choice": ["A", "B"], "noul": svc.systemone_labels.noul[0]}
+    for layout, same in (("transformers", True), ("shared-first", False)):
+        n = sum(len(svc.render(ChatInput(messages=[{"role": "user", "content": prompt_text(
+            body["state"], q, labels[q.type], layout)}]))[1]) for q in parse_questions(body))
+        assert (got["usage"]["input_tokens"] == n) is same, layout

@@ -5,9 +5,11 @@
 Starts the peers harness's `transformers serve` (SmolLM2-135M-Instruct, the float32 folder),
 sends it fixed /v1/systemone requests, answers the same requests with colibri in-process on
 that folder (float32, the same weights) and reports the largest probability difference and
-whether input_tokens agree. Both lay each question out the same way (transformers'
-DECISION_PROMPT layout in the model's own chat template: colibri/server/systemone.py), so
-the prompt tokens are identical and only float arithmetic differs.
+whether input_tokens agree. Both lay each question out the same way: colibri is started with
+its `transformers` prompt layout (`colibri serve --systemone-prompt transformers`: transformers'
+DECISION_PROMPT in the model's own chat template, colibri/server/systemone.py), so the prompt
+tokens are identical and only float arithmetic differs. colibri's default layout,
+shared-first, orders the same lines differently and so gives other probabilities.
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ def probabilities(doc: dict) -> dict[str, float]:
 
 
 def colibri_answers() -> list[dict]:
-    target, _ = model_target(HF_DIR, model_id="smollm2")
+    target, _ = model_target(HF_DIR, model_id="smollm2", systemone_prompt="transformers")
     return [target.send("POST", "/v1/systemone", json.dumps({"model": "smollm2", **r}).encode()).json()
             for r in REQUESTS]
 

@@ -220,7 +220,8 @@ class Health:
                         "continue_assistant": self.svc.settings.continue_assistant and bool(fam["continuation"]),
                         "capabilities": {k: fam[k] for k in ("tools", "tool_format", "forced_tool_choice",
                                                              "reasoning", "continuation", "logprobs")},
-                        "systemone": self.svc.systemone_labels.report(),
+                        "systemone": {**self.svc.systemone_labels.report(),
+                                      "prompt": self.svc.settings.systemone_prompt},
                         "scheduler": self.svc.scheduler.snapshot()})
         resp.data = dumps(doc)
 

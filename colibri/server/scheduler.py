@@ -359,40 +359,73 @@ class Scheduler:
                                       "queue_wait": task.queue_wait, "echo": echo}))
 
     def _score(self, task: Task) -> None:
-        """Score each prompt's label logits at its last position, nothing sampled. The prompts'
-        shared beginning (the state) is prefilled once into the task's slot; their own tails
-        then go through the engine together as branches of it, each seeing the state and itself
-        only, as many per pass as the context holds beside the state."""
+        """Score each prompt's label logits at its last position, nothing sampled. The prompts
+        are walked as a prefix tree: what they all begin with (the state) is prefilled once
+        into the task's slot, and so is every longer beginning that enough of them share (a
+        closing line and option lines, in the shared-first layout); the rest of each prompt
+        goes through the engine as a branch of the beginning it shares, seeing that beginning
+        and itself only, as many branches per pass as the context holds."""
         task.engine_started = time.monotonic()
         t0 = time.perf_counter()
         scoring = task.scoring or []
         prompts = [p for p, _ in scoring]
-        rows: list[Any] = []
-        reused, total = 0, sum(len(p) for p in prompts)
+        total = sum(len(p) for p in prompts)
+        logits: dict[int, Any] = {}
+        computed = 0
         shared = common_head(prompts) if len(prompts) > 1 else 0
         if shared:
-            n_reused, _ = self.engine.prefill(task.assigned, prompts[0][:shared])
-            reused = n_reused + shared * (len(prompts) - 1)
-            room = self.engine.n_ctx - shared
-            group: list[list[int]] = []
-            for p in prompts + [None]:
-                tail = None if p is None else p[shared:]
-                if group and (tail is None or sum(map(len, group)) + len(tail) > room):
-                    rows.extend(self.engine.prefill_branches(task.assigned, group))
-                    group = []
-                if tail is not None:
-                    group.append(tail)
-            rows = [np.asarray(r)[label_ids] for r, (_, label_ids) in zip(rows, scoring, strict=True)]
+            computed = self._score_tree(task.assigned, prompts, list(range(len(prompts))), shared, logits)
         else:
-            for prompt, label_ids in scoring:
-                n_reused, logits = self.engine.prefill(task.assigned, prompt)
-                rows.append(np.asarray(logits).reshape(-1)[label_ids])
-                reused += n_reused
+            for i, prompt in enumerate(prompts):
+                n_reused, row = self.engine.prefill(task.assigned, prompt)
+                logits[i] = np.asarray(row).reshape(-1)
+                computed += len(prompt) - n_reused
+        rows = [logits[i][label_ids] for i, (_, label_ids) in enumerate(scoring)]
+        reused = total - computed
         task.turn.prefill += time.perf_counter() - t0
         task.turn.prompt_tokens, task.turn.cached_tokens = total, reused
         self._close_turn(task, "completed")
         task.events.put(("scored", {"rows": rows, "reused": reused, "prompt_tokens": total}))
         self._finish(task, "stop")
+
+    # A beginning shared by some of the prompts gets its own prefill when that spares at least
+    # this many tokens: each extra pass reads all the weights once more, which on a 135M model
+    # in float32 costs about as much as computing a few dozen tokens.
+    SHARED_MIN_SAVING = 32
+
+    def _score_tree(self, slot: int, prompts: list[list[int]], which: list[int], head: int,
+                    logits: dict[int, Any]) -> int:
+        """Score prompts[i] for i in `which`, which all begin with the same `head` tokens (each
+        has at least one more): bring the slot to that beginning (reusing what it holds), score
+        as branches the prompts that share nothing longer worth a pass, then recurse into each
+        group that does. Returns the tokens computed; the logits go to `logits[i]`."""
+        n_reused, _ = self.engine.prefill(slot, prompts[which[0]][:head])
+        computed = head - n_reused
+        by_next: dict[int, list[int]] = {}
+        for i in which:
+            by_next.setdefault(prompts[i][head], []).append(i)
+        leaves: list[int] = []
+        groups: list[tuple[list[int], int]] = []
+        for part in by_next.values():
+            deeper = common_head([prompts[i] for i in part]) if len(part) > 1 else head
+            if (len(part) - 1) * (deeper - head) >= self.SHARED_MIN_SAVING:
+                groups.append((part, deeper))
+            else:
+                leaves.extend(part)
+        room = self.engine.n_ctx - head
+        batch: list[int] = []
+        for i in leaves + [-1]:
+            tail = prompts[i][head:] if i >= 0 else None
+            if batch and (tail is None or sum(len(prompts[j]) - head for j in batch) + len(tail) > room):
+                rows = self.engine.prefill_branches(slot, [prompts[j][head:] for j in batch])
+                logits.update((j, np.asarray(r)) for j, r in zip(batch, rows, strict=True))
+                computed += sum(len(prompts[j]) - head for j in batch)
+                batch = []
+            if tail is not None:
+                batch.append(i)
+        for part, deeper in groups:
+            computed += self._score_tree(slot, prompts, part, deeper, logits)
+        return computed
 
     def _run(self) -> None:
         """The engine thread, supervised: should its loop itself break (a bug outside any one

@@ -18,7 +18,7 @@ from .profile import Turn
 from .prompt import ChatInput, LiteralSpecials, Rendered, render_chat
 from .response_store import ResponseStore
 from .scheduler import Metrics, Scheduler, Task
-from .systemone import Labels
+from .systemone import PROMPT_LAYOUTS, Labels
 
 DEFAULT_CORS = ("http://127.0.0.1:8000", "http://localhost:8000", "http://127.0.0.1:5173", "http://localhost:5173")
 
@@ -46,6 +46,7 @@ class Settings:
     responses_max_bytes: int = 64 * 1024 * 1024  # and the bytes they may take
     profile_turns: int = 256  # finished turns GET /profile keeps (0: none, and no clock read for them)
     offered_tool_names: bool = True  # decode tool names and keys from the offered set (tools.decode.offered-names)
+    systemone_prompt: str = "shared-first"  # /v1/systemone's prompt layout (systemone.PROMPT_LAYOUTS)
 
     def validator_settings(self) -> dict[str, Any]:
         return {"model_id": self.model_id, "kv_slots": self.kv_slots, "continue_assistant": self.continue_assistant}
@@ -58,6 +59,9 @@ class Service:
         self.spec = spec or load_spec()
         if settings.family not in self.spec.families:
             raise ValueError(f"unknown family {settings.family!r} (known: {', '.join(self.spec.families)})")
+        if settings.systemone_prompt not in PROMPT_LAYOUTS:
+            raise ValueError(f"unknown System One prompt layout {settings.systemone_prompt!r} "
+                             f"(known: {', '.join(PROMPT_LAYOUTS)})")
         self.family = self.spec.families[settings.family].row
         self.model = model or Model()
         self.template = self.model.template(self.family["template"])

@@ -2,13 +2,23 @@
 (spec/85-systemone.yaml).
 
 Each question becomes one prompt, the user turn of the model's own chat template (thinking
-off, generation cue on), laid out as transformers' DECISION_PROMPT lays it out so that the
-same weights give the same probabilities there and here: the state, a blank line, the
-instructions, one line per option (`A. name: description`), and a closing line naming the
-labels. The engine prefills each prompt into one slot and the logits of the label tokens at
-the last position are read; nothing is sampled. The state comes first, so every question
-after the first reuses the state's KV prefix (the engine's prefix reuse) and a 64-question
-request costs one state prefill, not 64.
+off, generation cue on), made of the state, a blank line, the closing line naming the labels,
+one line per option (`A. name: description`) and the instructions. Two layouts order them
+(`colibri serve --systemone-prompt`):
+
+- `shared-first` (the default): state, closing line, options, then `Question: instructions`.
+  What a question shares with the others of its type and options comes before what is its
+  own, so the engine computes the state once and each shared closing-and-options block once
+  (scheduler `_score`: a prefix tree); a question's own tokens are its instructions and the
+  template's tail. This is what makes 64 questions cost under 3x one (BENCHMARKS.md).
+- `transformers`: state, instructions, options, closing line: transformers serve's
+  DECISION_PROMPT, so that the same weights give the same probabilities there and here
+  (bench/peers/systemone_agreement.py). Only the state is shared, since the instructions
+  come first.
+
+Implementations already disagree on the layout (vLLM's is a third one), so neither is the
+API's; the probabilities depend on it, the shapes and invariants do not. The engine reads the
+label tokens' logits at each prompt's last position; nothing is sampled.
 
 Labels: A, B, C, ... for choice and score options; for noul the first pair among Yes/No,
 yes/no, Y/N whose two labels are single tokens. Which types the served model can answer is
@@ -102,24 +112,32 @@ def parse_questions(body: dict[str, Any]) -> list[Question]:
     return out
 
 
-def prompt_text(state: Any, q: Question, labels: list[str]) -> str:
-    """The user turn for one question (the DECISION_PROMPT layout, see the module docstring)."""
-    lines = [_text(q.instructions)]
+PROMPT_LAYOUTS = ("shared-first", "transformers")
+
+
+def prompt_text(state: Any, q: Question, labels: list[str], layout: str = "shared-first") -> str:
+    """The user turn for one question, in one of PROMPT_LAYOUTS (see the module docstring)."""
+    options = []
     for label, option, desc in zip(labels, q.options, q.descriptions, strict=True):
         d = _text(desc)
         if q.type == "noul":
             if d:
-                lines.append(f"{label}: {d}")
+                options.append(f"{label}: {d}")
         elif q.type == "choice":
-            lines.append(f"{label}. {option}: {d}" if d else f"{label}. {option}")
+            options.append(f"{label}. {option}: {d}" if d else f"{label}. {option}")
         else:
-            lines.append(f"{label}. {d}")
-    head = _text(state) + "\n\n" + "\n".join(line for line in lines if line) + "\n"
+            options.append(f"{label}. {d}")
     if q.type == "noul":
-        return head + f"Answer {labels[0]} or {labels[1]} only."
-    kind = "letter" if labels == LETTERS[:len(labels)] else "label"
-    what = "option" if q.type == "choice" else "level"
-    return head + f"Answer with the {kind} of the {what} that fits best ({labels[0]} to {labels[-1]}) only."
+        closing = f"Answer {labels[0]} or {labels[1]} only."
+    else:
+        kind = "letter" if labels == LETTERS[:len(labels)] else "label"
+        what = "option" if q.type == "choice" else "level"
+        closing = f"Answer with the {kind} of the {what} that fits best ({labels[0]} to {labels[-1]}) only."
+    asked = _text(q.instructions)
+    if layout == "transformers":  # its line break before the closing line stays even when nothing precedes it
+        return _text(state) + "\n\n" + "\n".join(line for line in [asked, *options] if line) + "\n" + closing
+    lines = [closing, *options, f"Question: {asked}" if asked else ""]
+    return _text(state) + "\n\n" + "\n".join(line for line in lines if line)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -176,7 +194,8 @@ class SystemOneResource:
         for q in questions:
             texts, ids = self._labels(q)
             _, prompt = self.svc.render(ChatInput(messages=[{"role": "user",
-                                                             "content": prompt_text(body["state"], q, texts)}]))
+                                                             "content": prompt_text(body["state"], q, texts,
+                                                                                     self.svc.settings.systemone_prompt)}]))
             self.svc.budget(prompt, 1, "state")  # a prompt with no room left is refused by name
             scoring.append((prompt, ids))
         task = Task(prompt=scoring[0][0], max_new=0, end_tokens=frozenset(), scoring=scoring,
