@@ -61,17 +61,25 @@ def venv_dir(name: str) -> Path:
     return CACHE / "venvs" / name
 
 
-def venv_ready(name: str, script: str) -> bool:
-    """Installed means: the console script exists and the stamp of the last step was written."""
+def venv_ready(name: str, script: str, packages: list[str] | None = None) -> bool:
+    """Installed means: the console script exists and the stamp of the last step was written,
+    naming the same packages (a changed pin reinstalls, so the versions the published matrix
+    records are the ones a fresh harness gets)."""
     v = venv_dir(name)
-    return (v / "bin" / script).exists() and (v / STAMP).exists()
+    if not (v / "bin" / script).exists() or not (v / STAMP).exists():
+        return False
+    return packages is None or _stamp_packages(packages) in (v / STAMP).read_text().splitlines()
+
+
+def _stamp_packages(packages: list[str]) -> str:
+    return "packages: " + " ".join(packages)
 
 
 def ensure_venv(name: str, script: str, packages: list[str], env: dict[str, str] | None = None,
                 after: list[list[str | Path]] | None = None) -> Path:
     """A venv at venvs/NAME with PACKAGES pip-installed and AFTER commands run, unless already there."""
     v = venv_dir(name)
-    if venv_ready(name, script):
+    if venv_ready(name, script, packages):
         return v
     with step(f"{name} ({' '.join(packages)}) into {v}; log: {LOGS / (name + '-install.log')}"):
         (v / STAMP).unlink(missing_ok=True)
@@ -83,7 +91,7 @@ def ensure_venv(name: str, script: str, packages: list[str], env: dict[str, str]
             sh(argv, f"{name}-install", env=env)
         if not (v / "bin" / script).exists():
             raise RuntimeError(f"{name}: pip succeeded but {v / 'bin' / script} is missing")
-        (v / STAMP).write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+        (v / STAMP).write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n") + _stamp_packages(packages) + "\n")
     return v
 
 

