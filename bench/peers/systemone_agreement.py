@@ -87,6 +87,7 @@ def main() -> int:
               f"{b['usage']['input_tokens']} (colibri reused {a['usage']['input_tokens_details']['cached_tokens']})")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "model": "SmolLM2-135M-Instruct (float32)",
+                                     "transformers": TRANSFORMERS.version(), "colibri_prompt": "transformers",
                                      "rows": rows}, indent=1) + "\n")
     return 0 if all(r["max_abs_diff"] < 1e-3 for r in rows) else 1
 

@@ -5,12 +5,16 @@
 SmolLM2-135M-Instruct, float32 folder (the weights transformers serve loads), 2 threads.
 Per question count, alternating in each round:
 
-- colibri's server in-process (falcon test client: no sockets, the whole request path), which
-  reuses the state's KV prefix across the questions and, for a repeated state, across requests
-  (each timed request here uses a fresh state, so only the within-request reuse counts);
-- colibri's engine on the same prompts prefilled one after another into one slot, each reusing
-  the state the previous one left there (how the server scored questions before the branches:
-  the state is computed once, but every question is a pass of its own over the weights);
+- colibri's server in-process (falcon test client: no sockets, the whole request path) in its
+  default prompt layout, shared-first: the state, then each type's answer instruction and
+  options, then the question's own words; the scheduler computes the state once and each block
+  that questions of one type and options share once (a prefix tree), and each request here uses
+  a fresh state, so only the reuse within the request counts;
+- the same server in the `transformers` layout (transformers serve's prompts: the question's
+  instructions come right after the state, so only the state is shared);
+- colibri's engine on the default layout's prompts prefilled one after another into one slot,
+  each reusing what the previous one left there (the state is computed once, but every question
+  is a pass of its own over the weights);
 - colibri's engine on the same prompts prefilled without any reuse (reuse=False): what the
   request would cost if every question recomputed the state;
 - transformers serve (the peers harness's), over HTTP.
@@ -57,8 +61,10 @@ def questions(k: int) -> dict:
 
 
 class Colibri:
-    def __init__(self) -> None:
-        self.target, self.svc = model_target(HF_DIR, model_id="smollm2", kv_slots=2, n_threads=2)
+    def __init__(self, layout: str = "shared-first") -> None:
+        self.layout = layout
+        self.target, self.svc = model_target(HF_DIR, model_id="smollm2", kv_slots=2, n_threads=2,
+                                             systemone_prompt=layout)
         self.engine = self.svc.scheduler.engine
 
     def server(self, body: dict) -> float:
@@ -75,7 +81,8 @@ class Colibri:
         for q in parse_questions(body):
             labels = (self.svc.systemone_labels.noul or ([], []))[0] if q.type == "noul" else LETTERS[:len(q.options)]
             _, ids = self.svc.render(ChatInput(messages=[{"role": "user",
-                                                          "content": prompt_text(body["state"], q, labels)}]))
+                                                          "content": prompt_text(body["state"], q, labels,
+                                                                                 self.layout)}]))
             prompts.append(ids)
         return prompts
 
@@ -99,11 +106,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds (best is kept; default 2)")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "systemone-bench.json")
     args = ap.parse_args()
-    colibri = Colibri()
+    colibri, as_transformers = Colibri(), Colibri("transformers")
     ensure_installed(TRANSFORMERS)
     server, base, _ = serving(TRANSFORMERS)
     url = f"{base}/v1"
-    best: dict[str, dict[int, float]] = {"colibri server": {}, "colibri engine, questions in turn": {},
+    best: dict[str, dict[int, float]] = {"colibri server": {}, "colibri server, transformers layout": {},
+                                         "colibri engine, questions in turn": {},
                                          "colibri engine, no reuse": {},
                                          "transformers serve": {}}
     n = 0
@@ -115,6 +123,7 @@ def main() -> int:
                     n += 1
                     body = {"model": "smollm2", "state": state(n), "questions": questions(k)}
                     runs["colibri server"] = colibri.server(body)
+                    runs["colibri server, transformers layout"] = as_transformers.server(dict(body, state=state(n + 2000)))
                     runs["colibri engine, questions in turn"] = colibri.in_turn(dict(body, state=state(n + 1000)))
                     runs["colibri engine, no reuse"] = colibri.no_reuse(body)
                     t = time.perf_counter()
