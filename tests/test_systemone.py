@@ -208,3 +208,43 @@ def test_transformers_layout_is_what_the_server_reads_when_set(client):
         n = sum(len(svc.render(ChatInput(messages=[{"role": "user", "content": prompt_text(
             body["state"], q, labels[q.type], layout)}]))[1]) for q in parse_questions(body))
         assert (got["usage"]["input_tokens"] == n) is same, layout
+
+
+def test_s1_prefix_reused_when_the_branches_fill_the_context_several_times():
+    """More question tails than the context holds beside the state go through the engine in
+    several passes, at the top of the tree and inside a shared block; every answer is still
+    the one its question gets alone."""
+    model = Model(n_ctx=256)
+    svc = Service(Settings(kv_slots=1), model=model)
+    engine, passes = svc.scheduler.engine, []
+
+    class Counting:  # the engine, noting each branch pass's prefix length and branch count
+        def __getattr__(self, name):
+            return getattr(engine, name)
+
+        def prefill_branches(self, slot, branches):
+            passes.append((engine.slot_len(slot), len(branches)))
+            return engine.prefill_branches(slot, branches)
+
+    svc.scheduler.engine = Counting()
+    c = testing.TestClient(create_app(svc))
+    state = "The order came late and the lid was cracked. " * 5
+    criteria = {f"reason {k}": f"the order went wrong because of {k} at our end" for k in ("packing", "courier", "stock")}
+    questions = {f"c{i}": {"type": "choice", "instructions": f"Which reason fits remark {i}?", "criteria": criteria}
+                 for i in range(8)}
+    questions |= {f"n{i}": {"type": "noul", "instructions": f"Is remark {i} about the lid?"} for i in range(12)}
+    body = {"model": "colibri-tiny", "state": state, "questions": questions}
+    together = c.simulate_post("/v1/systemone", headers=HOST, json=body)
+    assert together.status_code == 200, together.text
+    assert together.json["usage"]["input_tokens"] > 2 * 256  # the prompts together far exceed one context
+    heads = sorted({head for head, _ in passes})
+    assert len(heads) == 2  # the state (noul tails) and the state with the choices' shared block
+    assert all(sum(n for h, n in passes if h == head) > max(n for h, n in passes if h == head) for head in heads)
+    assert sum(n for _, n in passes) == len(questions)
+    for name, q in questions.items():
+        alone = c.simulate_post("/v1/systemone", headers=HOST, json={**body, "questions": {name: q}}).json
+        got, want = together.json["answers"][name], alone["answers"][name]
+        key = "noul" if q["type"] == "noul" else "confidence"
+        assert got[key] == pytest.approx(want[key], abs=1e-5), name
+        for option, p in want.get("probabilities", {}).items():
+            assert got["probabilities"][option] == pytest.approx(p, abs=1e-5), (name, option)

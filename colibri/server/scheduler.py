@@ -389,8 +389,9 @@ class Scheduler:
         self._finish(task, "stop")
 
     # A beginning shared by some of the prompts gets its own prefill when that spares at least
-    # this many tokens: each extra pass reads all the weights once more, which on a 135M model
-    # in float32 costs about as much as computing a few dozen tokens.
+    # this many tokens: it costs two more passes (its prefill and its branches'), and each pass
+    # reads all the weights once more, which on SmolLM2-135M in float32 costs about as much as
+    # computing ten tokens.
     SHARED_MIN_SAVING = 32
 
     def _score_tree(self, slot: int, prompts: list[list[int]], which: list[int], head: int,
