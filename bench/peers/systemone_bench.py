@@ -10,6 +10,8 @@ Per question count, alternating in each round:
   options, then the question's own words; the scheduler computes the state once and each block
   that questions of one type and options share once (a prefix tree), and each request here uses
   a fresh state, so only the reuse within the request counts;
+- the same server on 64 different questions (`distinct_questions`) instead of numbered
+  repeats of three, as a client asking many things about one document sends them;
 - the same server in the `transformers` layout (transformers serve's prompts: the question's
   instructions come right after the state, so only the state is shared);
 - colibri's engine on the default layout's prompts prefilled one after another into one slot,
@@ -52,12 +54,52 @@ def state(n: int) -> str:
     return "".join(PARAGRAPH.format(n=f"{n}-{i}") for i in range(9))
 
 
+KINDS = [{"type": "choice", "instructions": "What is the main problem?",
+          "criteria": {"late delivery": None, "damage": None, "billing": None}},
+         {"type": "score", "instructions": "How upset is the customer?", "criteria": ["calm", "annoyed", "angry"]},
+         {"type": "noul", "instructions": "Is the customer asking for a refund?"}]
+
+
 def questions(k: int) -> dict:
-    kinds = [{"type": "choice", "instructions": "What is the main problem?",
-              "criteria": {"late delivery": None, "damage": None, "billing": None}},
-             {"type": "score", "instructions": "How upset is the customer?", "criteria": ["calm", "annoyed", "angry"]},
-             {"type": "noul", "instructions": "Is the customer asking for a refund?"}]
-    return {f"q{i:02d}": dict(kinds[i % 3], instructions=f"({i}) " + kinds[i % 3]["instructions"]) for i in range(k)}
+    """The three kinds in turn, each question numbered ("(5) What is the main problem?") so that
+    no two are the same text."""
+    return {f"q{i:02d}": dict(KINDS[i % 3], instructions=f"({i}) " + KINDS[i % 3]["instructions"]) for i in range(k)}
+
+
+# 64 different questions about the ticket, in the three kinds' turn (the first of each is the
+# kind's question above): what a client asking many things about one document sends.
+DISTINCT = {
+    "choice": [
+        "What is the main problem?", "What should the agent deal with first?", "What is the customer most unhappy about?",
+        "Which team should handle this ticket?", "What went wrong with the order?", "What is the ticket mostly about?",
+        "Which issue costs us the most here?", "What would the customer name as the problem?",
+        "Which problem is easiest to fix?", "What caused the complaint?", "What does the customer want solved?",
+        "Which category fits this ticket?", "What should the reply address first?", "What kind of complaint is this?",
+        "What is the underlying issue?", "Which department is to blame?", "What would a manager flag here?",
+        "What did the customer notice first?", "What is the root cause?", "Which problem repeats in the ticket?",
+        "What is the customer reporting?", "Which part of the order needs attention?"],
+    "score": [
+        "How upset is the customer?", "How urgent is this ticket?", "How likely is the customer to leave?",
+        "How polite is the message?", "How serious is the damage?", "How clear is the request?",
+        "How much does the customer trust us?", "How quickly should we reply?", "How bad is the delay?",
+        "How costly is this for us?", "How detailed is the ticket?", "How frustrated does the customer sound?",
+        "How loyal is the customer?", "How reasonable is the request?", "How much effort will the fix take?",
+        "How well did our packing work?", "How much compensation is fair?", "How confident is the customer?",
+        "How formal is the tone?", "How risky is this for our reputation?", "How satisfied was the customer before?"],
+    "noul": [
+        "Is the customer asking for a refund?", "Did the order arrive late?", "Are some items broken?",
+        "Did the customer pay by card?", "Is this a repeat customer?", "Does the customer threaten to leave?",
+        "Was the box damaged?", "Does the customer want a replacement?", "Is the tone angry?",
+        "Did the order contain mugs?", "Were the saucers chipped?", "Has the customer been with us for years?",
+        "Is a phone call requested?", "Did the parcel arrive on Monday?", "Is the customer polite?",
+        "Should we escalate this ticket?", "Is the complaint about billing?", "Did all six mugs survive?",
+        "Does the customer mention a discount?", "Is the delivery company named?", "Was the order placed on Monday?"],
+}
+
+
+def distinct_questions(k: int) -> dict:
+    """Like questions(k), with a different question each time instead of a numbered repeat."""
+    return {f"q{i:02d}": dict(KINDS[i % 3], instructions=DISTINCT[KINDS[i % 3]["type"]][i // 3]) for i in range(k)}
 
 
 class Colibri:
@@ -110,7 +152,8 @@ def main() -> int:
     ensure_installed(TRANSFORMERS)
     server, base, _ = serving(TRANSFORMERS)
     url = f"{base}/v1"
-    best: dict[str, dict[int, float]] = {"colibri server": {}, "colibri server, transformers layout": {},
+    best: dict[str, dict[int, float]] = {"colibri server": {}, "colibri server, distinct questions": {},
+                                         "colibri server, transformers layout": {},
                                          "colibri engine, questions in turn": {},
                                          "colibri engine, no reuse": {},
                                          "transformers serve": {}}
@@ -123,6 +166,8 @@ def main() -> int:
                     n += 1
                     body = {"model": "smollm2", "state": state(n), "questions": questions(k)}
                     runs["colibri server"] = colibri.server(body)
+                    runs["colibri server, distinct questions"] = colibri.server(
+                        dict(body, state=state(n + 3000), questions=distinct_questions(k)))
                     runs["colibri server, transformers layout"] = as_transformers.server(dict(body, state=state(n + 2000)))
                     runs["colibri engine, questions in turn"] = colibri.in_turn(dict(body, state=state(n + 1000)))
                     runs["colibri engine, no reuse"] = colibri.no_reuse(body)

@@ -11,7 +11,7 @@ one line per option (`A. name: description`) and the instructions. Two layouts o
   own, so the engine computes the state once and each shared closing-and-options block once
   (scheduler `_score`: a prefix tree); a question's own tokens are its instructions and the
   template's tail. On SmolLM2-135M this halves a 64-question request (BENCHMARKS.md,
-  System One: 2.9 s against 5.4 s, about 3x one question).
+  System One: 2.8 s against 5.5 s), to 2.6-3.0x the time of one question.
 - `transformers`: state, instructions, options, closing line: transformers serve's
   DECISION_PROMPT, so that the same weights give the same probabilities there and here
   (bench/peers/systemone_agreement.py). Only the state is shared, since the instructions
