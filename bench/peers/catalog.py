@@ -14,7 +14,7 @@ from pathlib import Path
 from cachedir import CACHE, dist_version, ensure_venv, venv_dir, venv_ready
 from llamacpp_build import (
     COMPILER_ENV,
-    LLAMA_CPP_PYTHON_PIN,
+    LLAMA_CPP_PYTHON_VERSION,
     LLAMA_SERVER,
     SRC,
     ensure_llama_server,
@@ -226,7 +226,7 @@ def _install_llama_cpp_python() -> None:
 
 
 LLAMA_CPP_PYTHON_PACKAGES = ["--no-cache-dir", "--find-links", str(SRC),
-                             LLAMA_CPP_PYTHON_PIN.replace("python==", "python[server]==")]
+                             f"llama-cpp-python[server]=={LLAMA_CPP_PYTHON_VERSION}"]
 LLAMA_CPP_PYTHON = Peer(
     name="llama-cpp-python",
     install=_install_llama_cpp_python,

@@ -16,7 +16,7 @@ from cachedir import CACHE, sh, step
 SRC = CACHE / "src"
 # The llama.cpp revision of both llama.cpp peers: the one vendored in this llama-cpp-python sdist
 # (pinned, as every peer in catalog.py, so a fresh cache rebuilds what docs/compat records).
-LLAMA_CPP_PYTHON_PIN = "llama-cpp-python==0.3.36"
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 BUILD = CACHE / "llama.cpp" / "build"
 LLAMA_SERVER = BUILD / "bin" / "llama-server"
 LLAMA_BENCH = BUILD / "bin" / "llama-bench"
@@ -40,12 +40,12 @@ COMPILER_ENV = {"CFLAGS": "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
 
 def ensure_sdist() -> Path:
     """The llama-cpp-python sdist in src/ (also used by the llama-cpp-python peer via --find-links)."""
-    want = SRC / f"llama_cpp_python-{LLAMA_CPP_PYTHON_PIN.split('==')[1]}.tar.gz"
+    want = SRC / f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
     if want.exists():
         return want
-    with step(f"{LLAMA_CPP_PYTHON_PIN} sdist (for its vendored llama.cpp)"):
+    with step(f"llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist (for its vendored llama.cpp)"):
         sh([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "-d", SRC,
-            LLAMA_CPP_PYTHON_PIN], "llama-server-install")
+            f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"], "llama-server-install")
     return want
 
 

@@ -104,7 +104,6 @@ def distinct_questions(k: int) -> dict:
 
 class Colibri:
     def __init__(self, layout: str = "shared-first") -> None:
-        self.layout = layout
         self.target, self.svc = model_target(HF_DIR, model_id="smollm2", kv_slots=2, n_threads=2,
                                              systemone_prompt=layout)
         self.engine = self.svc.scheduler.engine
@@ -116,17 +115,9 @@ class Colibri:
         return time.perf_counter() - t
 
     def prompts(self, body: dict) -> list[list[int]]:
-        from colibri.server.prompt import ChatInput
-        from colibri.server.systemone import LETTERS, parse_questions, prompt_text
+        from colibri.server.systemone import parse_questions, scoring_prompts
 
-        prompts = []
-        for q in parse_questions(body):
-            labels = (self.svc.systemone_labels.noul or ([], []))[0] if q.type == "noul" else LETTERS[:len(q.options)]
-            _, ids = self.svc.render(ChatInput(messages=[{"role": "user",
-                                                          "content": prompt_text(body["state"], q, labels,
-                                                                                 self.layout)}]))
-            prompts.append(ids)
-        return prompts
+        return [prompt for prompt, _ in scoring_prompts(self.svc, body["state"], parse_questions(body))]
 
     def in_turn(self, body: dict) -> float:
         prompts = self.prompts(body)

@@ -415,15 +415,17 @@ class Scheduler:
                 leaves.extend(part)
         room = self.engine.n_ctx - head
         batch: list[int] = []
+        used = 0  # the batch's tail tokens
         for i in leaves + [-1]:
-            tail = prompts[i][head:] if i >= 0 else None
-            if batch and (tail is None or sum(len(prompts[j]) - head for j in batch) + len(tail) > room):
+            size = len(prompts[i]) - head if i >= 0 else 0
+            if batch and (i < 0 or used + size > room):
                 rows = self.engine.prefill_branches(slot, [prompts[j][head:] for j in batch])
                 logits.update((j, np.asarray(r)) for j, r in zip(batch, rows, strict=True))
-                computed += sum(len(prompts[j]) - head for j in batch)
-                batch = []
-            if tail is not None:
+                computed += used
+                batch, used = [], 0
+            if i >= 0:
                 batch.append(i)
+                used += size
         for part, deeper in groups:
             computed += self._score_tree(slot, prompts, part, deeper, logits)
         return computed

@@ -170,35 +170,42 @@ def answer(q: Question, probs: np.ndarray) -> dict[str, Any]:
             "probabilities": dict(zip(q.options, p, strict=True)), "confidence": conf, **extra}
 
 
+def labels_for(svc: Any, q: Question) -> tuple[list[str], list[int]]:
+    """The label texts and token ids of one question on the served model, or labels_unavailable."""
+    labels = svc.systemone_labels
+    if q.type == "noul":
+        if labels.noul is None:
+            raise error("labels_unavailable", "This model has no single-token label pair for noul questions "
+                        f"(tried {', '.join('/'.join(p) for p in NOUL_LABELS)}).", param=f"questions.{q.name}.type")
+        return labels.noul
+    ids = labels.letters_for(len(q.options))
+    if ids is None:
+        raise error("labels_unavailable", f"This model cannot label {len(q.options)} options with single "
+                    f"tokens; /health says how many it can.", param=f"questions.{q.name}.criteria")
+    return LETTERS[:len(q.options)], ids
+
+
+def scoring_prompts(svc: Any, state: Any, questions: list[Question]) -> list[tuple[list[int], list[int]]]:
+    """Each question's prompt tokens, in the server's layout, and its label token ids."""
+    scoring = []
+    for q in questions:
+        texts, ids = labels_for(svc, q)
+        _, prompt = svc.render(ChatInput(messages=[{"role": "user", "content": prompt_text(
+            state, q, texts, svc.settings.systemone_prompt)}]))
+        svc.budget(prompt, 1, "state")  # a prompt with no room left is refused by name
+        scoring.append((prompt, ids))
+    return scoring
+
+
 class SystemOneResource:
     def __init__(self, service: Any):
         self.svc = service
-
-    def _labels(self, q: Question) -> tuple[list[str], list[int]]:
-        labels = self.svc.systemone_labels
-        if q.type == "noul":
-            if labels.noul is None:
-                raise error("labels_unavailable", "This model has no single-token label pair for noul questions "
-                            f"(tried {', '.join('/'.join(p) for p in NOUL_LABELS)}).", param=f"questions.{q.name}.type")
-            return labels.noul
-        ids = labels.letters_for(len(q.options))
-        if ids is None:
-            raise error("labels_unavailable", f"This model cannot label {len(q.options)} options with single "
-                        f"tokens; /health says how many it can.", param=f"questions.{q.name}.criteria")
-        return LETTERS[:len(q.options)], ids
 
     def on_post(self, req: Any, resp: Any) -> None:
         body = read_body(req)
         self.svc.validate("systemone", body)
         questions = parse_questions(body)
-        scoring: list[tuple[list[int], list[int]]] = []
-        for q in questions:
-            texts, ids = self._labels(q)
-            _, prompt = self.svc.render(ChatInput(messages=[{"role": "user",
-                                                             "content": prompt_text(body["state"], q, texts,
-                                                                                     self.svc.settings.systemone_prompt)}]))
-            self.svc.budget(prompt, 1, "state")  # a prompt with no room left is refused by name
-            scoring.append((prompt, ids))
+        scoring = scoring_prompts(self.svc, body["state"], questions)
         task = Task(prompt=scoring[0][0], max_new=0, end_tokens=frozenset(), scoring=scoring,
                     request_id=req.context.request_id, client_gone=detector(req.env), turn=req.context.turn)
         try:
