@@ -118,52 +118,61 @@ class LiteralSpecials:
     A chat template turns messages into one string; tokenizing that string matches every
     `<|user|>` in it, including one a user typed or a document carried, so such text could
     forge a turn or a tool result. Before rendering, each special-token string inside the
-    request's own strings is swapped for a placeholder the template passes through untouched;
-    the rendered text is then split at the specials the template itself wrote (the only ones
-    left), and the request's text, placeholders restored, is tokenized as plain text.
+    request's own strings, object keys included (a tool's property names, a call's argument
+    keys reach the prompt as text too), is swapped for a placeholder the template passes
+    through untouched; the rendered text is then split at the specials the template itself
+    wrote (the only ones left), and the request's text, placeholders restored, is tokenized as
+    plain text.
+
+    A placeholder is `MARK digits MARK`, MARK a private-use character. The request may hold
+    that character itself: each one it holds becomes the empty placeholder `MARK MARK`, so the
+    request's text and the placeholders can never be confused, whatever characters it sends
+    (searching for a character the request lacks would run out, and cost a scan per try).
     """
+
+    MARK = "\ue000"
+    _placeholder = re.compile(f"{MARK}(\\d*){MARK}")
 
     def __init__(self, specials: frozenset[str]):
         self._specials = _specials_pattern(specials)
+        self._swapping = _swap_pattern(specials, self.MARK)
         self._originals: list[str] = []
-        self._mark = "\ue000"
-        self._placeholder: re.Pattern[str] | None = None
 
     def shield(self, chat: ChatInput) -> ChatInput:
         if self._specials is None:
             return chat
-        texts: list[str] = []
-        _strings((chat.messages, chat.tools, chat.tool_choice), texts)
-        # A private-use character absent from every string of the request marks placeholders.
-        self._mark = next(chr(c) for c in range(0xE000, 0xF900) if all(chr(c) not in t for t in texts))
-        self._placeholder = re.compile(re.escape(self._mark) + r"(\d+)" + re.escape(self._mark))
         return replace(chat, messages=self._swap(chat.messages), tools=self._swap(chat.tools),
                        tool_choice=self._swap(chat.tool_choice))
 
     def _swap(self, value: Any) -> Any:
         if isinstance(value, str):
-            assert self._specials is not None
-            return self._specials.sub(self._hold, value)
+            return self._swapping.sub(self._hold, value)
         if isinstance(value, list):
             return [self._swap(v) for v in value]
         if isinstance(value, dict):
-            return {k: self._swap(v) for k, v in value.items()}
+            return {self._swap(k): self._swap(v) for k, v in value.items()}
         return value
 
     def _hold(self, m: re.Match[str]) -> str:
+        if m.group(0) == self.MARK:
+            return self.MARK + self.MARK
         self._originals.append(m.group(0))
-        return f"{self._mark}{len(self._originals) - 1}{self._mark}"
+        return f"{self.MARK}{len(self._originals) - 1}{self.MARK}"
+
+    def _back(self, m: re.Match[str]) -> str:
+        return self._originals[int(m.group(1))] if m.group(1) else self.MARK
 
     def restore(self, value: Any) -> Any:
-        """The request's own text back in place of the placeholders (strings, lists, dicts)."""
-        if not self._originals or self._placeholder is None:
+        """The request's own text back in place of the placeholders (strings, lists, dict keys
+        and values)."""
+        if self._specials is None:
             return value
         if isinstance(value, str):
-            return self._placeholder.sub(lambda m: self._originals[int(m.group(1))], value)
+            return self._placeholder.sub(self._back, value) if self.MARK in value else value
         if isinstance(value, list):
             return [self.restore(v) for v in value]
         if isinstance(value, dict):
-            return {k: self.restore(v) for k, v in value.items()}
+            return {self.restore(k): self.restore(v) for k, v in value.items()}
         return value
 
     def pieces(self, rendered: str) -> list[tuple[str, bool]]:
@@ -188,13 +197,8 @@ def _specials_pattern(specials: frozenset[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, ordered))) if ordered else None
 
 
-def _strings(value: Any, into: list[str]) -> None:
-    if isinstance(value, str):
-        into.append(value)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            _strings(v, into)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            into.append(str(k))
-            _strings(v, into)
+@lru_cache(maxsize=8)
+def _swap_pattern(specials: frozenset[str], mark: str) -> re.Pattern[str]:
+    """The specials and the placeholder mark itself: what the shield swaps in request text."""
+    ordered = sorted(specials, key=len, reverse=True)
+    return re.compile("|".join([*map(re.escape, ordered), re.escape(mark)]))
