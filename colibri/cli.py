@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import __version__
 from .paths import data_dir
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -91,6 +92,7 @@ def cmd_openapi(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="colibri", description="Spec-driven conformance for OpenAI- and "
                                 "Anthropic-compatible LLM APIs, and a reference server.")
+    p.add_argument("--version", action="version", version=f"colibri {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     spec = sub.add_parser("spec", help="work with the rule tables in spec/")
     ssub = spec.add_subparsers(dest="spec_command", required=True)

@@ -24,9 +24,10 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--kv-slots", "COLI_KV_SLOTS", int, 4, "independent KV slots, 1..16"),
     ("--max-queue", "COLI_MAX_QUEUE", int, 8, "requests that may wait for a slot"),
     ("--queue-timeout", "COLI_QUEUE_TIMEOUT", float, 300.0, "seconds a request may wait"),
-    ("--max-tokens", "COLI_MAX_TOKENS", int, 1024, "ceiling on any request's answer length"),
+    ("--max-tokens", "COLI_MAX_TOKENS", int, 1024, "ceiling on any answer's length in tokens, and the cap of an answer whose request sets none "
+     "(a response cut there ends with finish_reason length / stop_reason max_tokens / status incomplete)"),
     ("--ctx", "COLI_CTX", int, None, "context length in tokens (default: the model's)"),
-    ("--api-key", "COLI_API_KEY", str, None, "require this key (Authorization: Bearer or x-api-key)"),
+    ("--api-key", "COLI_API_KEY", str, None, "require this key (Authorization: Bearer or x-api-key) (default: none, no key asked)"),
     ("--threads", "COLI_THREADS", int, None,
      "HTTP threads (default: KV slots + max queue + 4, so that a request only ever waits in the admission queue)"),
     ("--engine-threads", "COLI_ENGINE_THREADS", int, 0, "compute threads for the engine (0: all cores; on a machine where other work keeps cores busy, "
@@ -42,7 +43,7 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--max-client-connections", "COLI_MAX_CLIENT_CONNECTIONS", int, 64,
      "open connections one client address may hold; a request on one more gets 429 too_many_connections"),
     ("--kv-dir", "COLI_KV_DIR", str, None,
-     "keep KV slot state in this folder so a restart reuses cached prefixes (off when unset)"),
+     "keep KV slot state in this folder so a restart reuses cached prefixes (default: off)"),
     ("--responses-max", "COLI_RESPONSES_MAX", int, 1000,
      "stored /v1/responses objects kept for GET and previous_response_id; the oldest are evicted first"),
     ("--responses-max-bytes", "COLI_RESPONSES_MAX_BYTES", int, 64 * 1024 * 1024,
@@ -54,17 +55,35 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
 ]
 
 
+class DefaultsHelp(argparse.HelpFormatter):
+    """Every option's help ends with its default (the COLI_* variable's value when it is set),
+    unless the text already says what the default is; on/off flags are off unless said."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or action.default in (None, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        shown = "off" if action.default is False else "on" if action.default is True else action.default
+        return f"{text} (default: {shown})"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .server.service import DEFAULT_CORS
     from .server.systemone import PROMPT_LAYOUTS
 
-    p = argparse.ArgumentParser(prog="colibri serve", description="Serve the OpenAI- and Anthropic-compatible API "
+    p = argparse.ArgumentParser(prog="colibri serve", formatter_class=DefaultsHelp,
+                                description="Serve the OpenAI- and Anthropic-compatible API "
                                 "on the embedded model (or --model DIR). Every flag has a COLI_* env variable.")
+    p.add_argument("--version", action="version", version=f"colibri {__version__}")
     for flag, env, typ, default, helptext in OPTIONS:
         p.add_argument(flag, type=typ, default=os.environ.get(env, default), help=f"{helptext} [{env}]")
     p.add_argument("--allowed-host", action="append", default=None,
-                   help="extra Host header value to accept (repeatable) [COLI_ALLOWED_HOSTS, comma-separated]")
+                   help="extra Host header value to accept (repeatable) [COLI_ALLOWED_HOSTS, comma-separated] "
+                        "(default: none; loopback names and --host are always accepted)")
     p.add_argument("--cors-origin", action="append", default=None,
-                   help="web page origin allowed to POST and read answers (repeatable; '*' for any; other origins get 403) [COLI_CORS_ORIGINS]")
+                   help="web page origin allowed to POST and read answers (repeatable; '*' for any; other origins get 403) [COLI_CORS_ORIGINS] "
+                        f"(default: {', '.join(DEFAULT_CORS)})")
     p.add_argument("--no-continue-assistant", action="store_true",
                    default=os.environ.get("COLI_CONTINUE_ASSISTANT") == "0",
                    help="close a trailing assistant turn instead of continuing it [COLI_CONTINUE_ASSISTANT=0]")
@@ -79,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "tool's parameters (rule tools.decode.offered-names) [COLI_FREE_TOOL_NAMES=1]")
     p.add_argument("--systemone-prompt", default=os.environ.get("COLI_SYSTEMONE_PROMPT", "shared-first"),
                    choices=PROMPT_LAYOUTS,
-                   help="how /v1/systemone lays out each question's prompt: shared-first (default) puts the answer "
+                   help="how /v1/systemone lays out each question's prompt: shared-first puts the answer "
                         "instruction and options before the question, so questions of one type and options share "
                         "them and a many-question request computes them once; transformers is transformers "
                         "serve's DECISION_PROMPT, for the same probabilities as it on the same weights "
@@ -157,28 +176,31 @@ def check_args(args: argparse.Namespace) -> str | None:
 
     if args.systemone_prompt not in PROMPT_LAYOUTS:  # argparse checks the flag, not the env variable
         return f"--systemone-prompt must be one of {', '.join(PROMPT_LAYOUTS)}, not {args.systemone_prompt!r}"
+    if not 1 <= int(args.port) <= 65535:
+        return f"--port must be 1..65535, not {args.port}"
     return None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    problem = check_args(args)
+    from .serve_checks import port_problem
+
+    # a busy port is found before the model loads, not after gunicorn's five one-second retries
+    problem = check_args(args) or port_problem(args.host, int(args.port))
     if problem:
         print(f"colibri serve: {problem}", file=sys.stderr)
         return 2
     from gunicorn.app.base import BaseApplication
 
-    from .model import Model
-    from .paths import ModelNotFound, resolve_model
+    from .serve_checks import UsageError, open_model, template_problem
     from .server.app import create_app
     from .server.service import Service
 
     try:
-        path = resolve_model(args.model) if args.model else None
-    except ModelNotFound as e:
+        model = open_model(args.model, args.ctx)  # fail early, in the parent, on a bad model
+    except UsageError as e:
         print(f"colibri serve: {e}", file=sys.stderr)
         return 2
-    model = Model(path, n_ctx=args.ctx)  # fail early, in the parent, on a bad model directory
     from .spec import load_spec
 
     spec = load_spec()  # read once: family detection, the --family check and the service all use it
@@ -186,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     families = spec.families
     if args.family not in families:
         print(f"colibri serve: unknown --family {args.family!r}; known: {', '.join(families)}", file=sys.stderr)
+        return 2
+    problem = template_problem(model, families[args.family].row.get("template"))
+    if problem:
+        print(f"colibri serve: {problem}", file=sys.stderr)
         return 2
     settings = settings_from(args)
     # read by the worker module at import, in the worker process
