@@ -86,3 +86,48 @@ def test_a_named_model_resolves_to_the_file_its_package_ships(tmp_path, monkeypa
     args = _args("--model", "smollm2")
     resolve_model_defaults(args, FakeModel(pkg / "SmolLM2-135M-Instruct.Q4_1.gguf", CHATML_TEXT))
     assert args.model_id == "smollm2"
+
+
+TOOLS = {  # one tool, in each API's own shape
+    "/v1/chat/completions": [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}],
+    "/v1/messages": [{"name": "get_time", "input_schema": {"type": "object"}}],
+    "/v1/responses": [{"type": "function", "name": "get_time", "parameters": {"type": "object"}}],
+}
+
+
+@pytest.mark.integration
+def test_every_endpoint_refuses_tools_alike_on_a_model_whose_template_has_none(tmp_path, spec):
+    """Issue 50 item 5: /v1/responses accepted tools and ignored them where chat and messages
+    refused them; the refusal comes from the family row (rule tools.family-support)."""
+    import falcon.testing
+
+    from colibri.model import Model
+    from colibri.server.app import create_app
+    from colibri.server.service import Service, Settings
+
+    d = tmp_path / "SmolLM2-like"
+    d.mkdir()
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        (d / name).symlink_to(EMBEDDED_MODEL / name)
+    (d / "chat_template.jinja").write_text(CHATML_TEXT)
+    model = Model(d)
+    args = _args("--model", str(d))
+    resolve_model_defaults(args, model, spec)
+    assert args.family == "chatml-text" and spec.families[args.family].row["tools"] is False
+    client = falcon.testing.TestClient(create_app(Service(Settings(model_id=args.model_id, family=args.family,
+                                                                   kv_slots=1), model=model, spec=spec)))
+    user = [{"role": "user", "content": "What time is it?"}]
+    bodies = {"/v1/chat/completions": {"messages": user}, "/v1/messages": {"messages": user, "max_tokens": 8},
+              "/v1/responses": {"input": "What time is it?", "max_output_tokens": 8}}
+    for path, body in bodies.items():
+        r = client.simulate_post(path, json={"model": args.model_id, "tools": TOOLS[path], **body},
+                                 headers={"Host": "127.0.0.1"})
+        assert r.status_code == 400, (path, r.text)
+        err = r.json["error"]
+        if path == "/v1/messages":
+            assert (r.json["type"], err["type"]) == ("error", "invalid_request_error")
+        else:
+            assert (err["type"], err["code"], err["param"]) == ("invalid_request_error", "unsupported_parameter", "tools")
+        assert err["message"] == "'tools' is not supported by this server."
+        r = client.simulate_post(path, json={"model": args.model_id, **body}, headers={"Host": "127.0.0.1"})
+        assert r.status_code == 200, (path, r.text)  # the same request without tools is served
