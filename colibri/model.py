@@ -20,6 +20,11 @@ from tokenizers import Tokenizer
 from .engine_errors import ConfigMismatchError, WeightsIOError
 from .paths import EMBEDDED_MODEL
 
+#: Stored bits per weight (scales included) of the GGUF block types that lose enough to change a
+#: small model's answers; Q8_0 (8.5) and BF16 are left out: their answers agree with F32's.
+BITS_PER_WEIGHT = {"Q2_K": 2.6, "Q3_K": 3.4, "Q4_0": 4.5, "Q4_K": 4.5, "Q4_1": 5.0, "Q5_0": 5.5, "Q5_K": 5.5,
+                   "Q5_1": 6.0, "Q6_K": 6.6}
+
 LLAMA_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM"}
 
 
@@ -246,6 +251,20 @@ class Model:
             f"{'/'.join(sorted(kept))} kept as stored (block types: integer kernels on inputs rounded per "
             "32-value block; --dequantize for exact F32)")
         return f"GGUF tensors {types}; {how}"
+
+    def quality_note(self, dequantize: bool = False) -> str | None:
+        """What a low-bit format costs in answers, and what to do, for the start-up lines; None
+        for exact weights (F32, F16, BF16), for Q8_0, and under --dequantize."""
+        if not self.gguf or dequantize:
+            return None
+        lossy = sorted((t for t in self.gguf.tensor_types if t in BITS_PER_WEIGHT), key=BITS_PER_WEIGHT.__getitem__)
+        if not lossy:
+            return None
+        worst = lossy[0]
+        return (f"{worst} keeps about {BITS_PER_WEIGHT[worst]} bits per weight, and the block kernels round each "
+                "input to 8 bits: a small model's answers can differ from its full-precision ones, down to "
+                "looping (SmolLM2-135M as Q4_1 repeats itself on \"What is the capital of France?\"); "
+                "--dequantize computes in F32 on the same file (more memory, a slower decode) and answers it")
 
     def engine(self, n_slots: int = 1, n_threads: int = 0, dequantize: bool = False) -> Any:
         return open_engine(self.weights, self.config, n_slots, n_threads, dequantize)

@@ -262,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"colibri: KV slot {slot}: {what}", flush=True)
             print(f"colibri: family {settings.family} ({family_note})", flush=True)
             print(f"colibri: weights: {model.weights_note(settings.dequantize)}", flush=True)
+            quality = model.quality_note(settings.dequantize)
+            if quality:
+                print(f"colibri: quality: {quality}", flush=True)
+            print(f"colibri: answers stop at {settings.max_tokens} tokens when a request sets no limit (--max-tokens): "
+                  "finish_reason length, stop_reason max_tokens, or status incomplete", flush=True)
             print(f"colibri: serving {settings.model_id} (family {settings.family}, {model.config.n_ctx}-token context, "
                   f"{settings.kv_slots} KV slots, model {model.path}) on http://{args.host}:{args.port}/v1",
                   flush=True)

@@ -74,6 +74,17 @@ def responses_echo(ctx: CheckContext) -> None:
             raise CheckFailure("responses_echo", f"tools {want_tools} (flat: type and name)", doc.get("tools"))
 
 
+def responses_cap_named(ctx: CheckContext) -> None:
+    doc = _doc(ctx, "responses_cap_named")
+    cap, out = doc.get("max_output_tokens"), (doc.get("usage") or {}).get("output_tokens")
+    if not (isinstance(cap, int) and _int(cap) and cap >= 1):
+        raise CheckFailure("responses_cap_named", "max_output_tokens: the cap that applied (an integer)", cap)
+    if not (isinstance(out, int) and _int(out) and out <= cap):
+        raise CheckFailure("responses_cap_named", f"usage.output_tokens at most {cap}", out)
+    if (doc.get("incomplete_details") or {}).get("reason") == "max_output_tokens" and out != cap:
+        raise CheckFailure("responses_cap_named", f"a response cut by max_output_tokens {cap} used {cap} tokens", out)
+
+
 def responses_error_null(ctx: CheckContext) -> None:
     doc = _doc(ctx, "responses_error_null")
     if "error" not in doc or doc["error"] is not None:
@@ -409,7 +420,7 @@ def responses_store_evicts(ctx: CheckContext) -> None:
 
 
 CHECKS = {f.__name__: f for f in (
-    responses_usage, responses_echo, responses_error_null, responses_incomplete, responses_stream_sequence,
+    responses_usage, responses_echo, responses_error_null, responses_cap_named, responses_incomplete, responses_stream_sequence,
     responses_stream_lifecycle, responses_stream_brackets, responses_stream_assembly, responses_function_calls,
     responses_reasoning_tokens, responses_retrieve, responses_not_stored, responses_delete, responses_chain,
     responses_chain_not_inherited, responses_chain_cached, responses_previous_not_found, responses_store_evicts)}

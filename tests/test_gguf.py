@@ -479,6 +479,10 @@ def test_serve_dequantize_flag_reaches_the_engine_and_the_startup_line(tmp_path)
     assert model.gguf.tensor_types["Q4_1"] == 2 * 7 + 1 and "F32" in model.gguf.tensor_types
     assert "Q4_1 kept as stored" in model.weights_note()
     assert "expanded to F32 (--dequantize)" in model.weights_note(dequantize=True)
+    note = model.quality_note()  # issue 50 item 7: what the format costs, and what to do
+    assert note is not None and note.startswith("Q4_1 keeps about 5.0 bits per weight") and "--dequantize" in note
+    assert model.quality_note(dequantize=True) is None and Model().quality_note() is None
+    assert Model(write_gguf(tmp_path / "q8", Q.Q8_0)[0]).quality_note() is None  # 8 bits: answers agree
 
 
 def test_peer_converter_widens_bf16_exactly(tmp_path):
