@@ -1,4 +1,5 @@
 """The servers (seven projects; colibri twice, on its embedded model and on SmolLM2): how to install each, start it on a port, know it is up, and name its model and version.
+TINY_PEERS: the same engines serving the embedded model's exports with their tool and reasoning parsers (tiny.py).
 
 One row per peer. `install()` is idempotent (each step checks for its final artefact) and
 returns nothing; `argv(port)` may write the small config files a server reads at start.
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tiny
 from cachedir import CACHE, dist_version, ensure_venv, venv_dir, venv_ready
 from llamacpp_build import (
     COMPILER_ENV,
@@ -42,12 +44,16 @@ class Peer:
     name: str
     install: Callable[[], object]
     installed: Callable[[], bool]
-    argv: Callable[[int], list[str]]
+    argv: Callable[..., list[str]]
     model: str
     version: Callable[[], str]
     ready_path: str = "/v1/models"  # polled until it answers 200
     ready_timeout: float = 120.0
     env: dict[str, str] = field(default_factory=dict)
+    conform_args: list[str] = field(default_factory=list)  # extra colibri-conform arguments (rules, profiles)
+    family: str = ""  # the embedded model's family this peer serves (tiny.py), else empty
+    parsers: str = ""  # the tool/reasoning parser flags or handler it serves with, for the docs
+    upstream: str = ""  # a peer started first; argv(port, upstream=its base URL) points at it
 
 
 def _run_dir(name: str) -> Path:
@@ -281,6 +287,10 @@ VLLM = Peer(
 
 PEERS: dict[str, Peer] = {p.name: p for p in (COLIBRI, COLIBRI_SMOLLM2, MOCKLLM, LITELLM, TRANSFORMERS,
                                                LLAMA_SERVER_PEER, LLAMA_CPP_PYTHON, VLLM)}
+#: The embedded model on the other engines with their own tool and reasoning parsers (tiny.py):
+#: run with `--only`, they are not part of a default run (docs/compat/tools.md is their matrix).
+TINY_PEERS: dict[str, Peer] = {p.name: p for p in tiny.peers(  # type: ignore[attr-defined]
+    PEERS, Peer, {"run_dir": _run_dir, "llama_server": LLAMA_SERVER})}
 
 
 def working_dir(peer: Peer) -> Path:

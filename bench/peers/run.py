@@ -24,9 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-from cachedir import CACHE, say
-from catalog import PEERS, Peer, working_dir
+from cachedir import CACHE, LOGS, say
+from catalog import PEERS, TINY_PEERS, Peer, working_dir
 from server_process import free_port, start, stop, wait_ready
+from tiny import chat_format
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_OK, EXIT_PEER_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -39,15 +40,21 @@ def conform_command() -> list[str]:
     return [str(Path(sys.executable).with_name("colibri-conform"))]
 
 
+ALL = PEERS | TINY_PEERS
+
+
 def ensure_installed(peer: Peer) -> None:
+    if peer.upstream:
+        ensure_installed(ALL[peer.upstream])
     if not peer.installed():
         peer.install()
 
 
-def serving(peer: Peer) -> tuple[subprocess.Popen, str, float]:
-    """Start PEER on a free port and wait until it answers; return the process, base URL and startup time."""
+def serving(peer: Peer, upstream: str = "") -> tuple[subprocess.Popen, str, float]:
+    """Start PEER on a free port and wait until it answers; return the process, base URL and startup time.
+    UPSTREAM: the base URL of the server PEER fronts (a proxy's upstream), when it has one."""
     port = free_port()
-    argv = peer.argv(port)
+    argv = peer.argv(port, upstream=upstream) if peer.upstream else peer.argv(port)
     say(f"{peer.name}: starting on port {port}: {' '.join(argv)}")
     proc, log = start(peer.name, argv, peer.env, working_dir(peer))
     base = f"http://127.0.0.1:{port}"
@@ -64,11 +71,24 @@ def conform(peer: Peer, out: Path, extra: list[str]) -> dict:
     """Install, start, run colibri-conform, always stop; write NAME.meta.json and return its content."""
     ensure_installed(peer)
     version = peer.version()
-    proc, base, startup = serving(peer)
+    upstream = None
+    if peer.upstream:  # a proxy: its upstream engine comes up first and goes down last
+        upstream = serving(ALL[peer.upstream])
+    try:
+        return _conform_served(peer, version, out, extra, upstream[1] if upstream else "")
+    finally:
+        if upstream:
+            stop(upstream[0])
+            say(f"{peer.upstream}: stopped")
+
+
+def _conform_served(peer: Peer, version: str, out: Path, extra: list[str], upstream: str) -> dict:
+    proc, base, startup = serving(peer, upstream)
     try:
         cmd = [*conform_command(), "--base-url", base + "/v1", "--model", peer.model,
                "--json", str(out / f"{peer.name}.json"), "--junit", str(out / f"{peer.name}.xml"),
-               "--markdown", str(out / f"{peer.name}.md"), "--html", str(out / f"{peer.name}-html"), *extra]
+               "--markdown", str(out / f"{peer.name}.md"), "--html", str(out / f"{peer.name}-html"),
+               *peer.conform_args, *extra]
         started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         say(f"{peer.name} {version}: {' '.join(cmd)}")
         t0 = time.monotonic()
@@ -78,12 +98,27 @@ def conform(peer: Peer, out: Path, extra: list[str]) -> dict:
                 "wall_seconds": round(wall, 2), "exit_code": code, "command": cmd,
                 "startup_seconds": round(startup, 2),
                 "client_settings_request": client_settings_request(out / f"{peer.name}.json", base, peer.model)}
+        if peer.family:  # the embedded model on this engine: which parsers read its calls and reasoning
+            meta |= {"family": peer.family, "parsers": peer.parsers, "argv": peer_argv_of(peer),
+                     **({"upstream": peer.upstream} if peer.upstream else {})}
+            detected = chat_format(LOGS / f"{(peer.upstream or peer.name)}.log")
+            if detected:
+                meta["chat_format"] = detected
         (out / f"{peer.name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
         say(f"{peer.name}: colibri-conform exited {code} after {wall:.1f} s")
         return meta
     finally:
         stop(proc)
         say(f"{peer.name}: stopped")
+
+
+def peer_argv_of(peer: Peer) -> str:
+    """The server's command line as the log recorded it (its first line), with the cache path shortened."""
+    try:
+        first = (LOGS / f"{peer.name}.log").read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return ""
+    return first.removeprefix("$ ").replace(str(CACHE), "~/.cache/colibri-peers")
 
 
 def client_settings_request(report: Path, base: str, model: str) -> dict:
@@ -106,7 +141,8 @@ def client_settings_request(report: Path, base: str, model: str) -> dict:
 def serve_forever(peer: Peer) -> None:
     """Keep one server up for hand testing (curl) until Ctrl-C."""
     ensure_installed(peer)
-    proc, base, _ = serving(peer)
+    upstream = serving(ALL[peer.upstream]) if peer.upstream else None
+    proc, base, _ = serving(peer, upstream[1] if upstream else "")
     try:
         print(f"{peer.name} {peer.version()} at {base}/v1, model {peer.model!r}; Ctrl-C stops it", flush=True)
         proc.wait()
@@ -114,15 +150,17 @@ def serve_forever(peer: Peer) -> None:
     finally:
         stop(proc)
         say(f"{peer.name}: stopped")
+        if upstream:
+            stop(upstream[0])
 
 
 def list_peers() -> None:
     print(f"cache: {CACHE}")
-    print(f"{'peer':18} {'installed':10} {'version':38} model")
-    for peer in PEERS.values():
+    print(f"{'peer':28} {'installed':10} {'version':38} model")
+    for peer in ALL.values():
         installed = peer.installed()
         version = peer.version() if installed else "-"
-        print(f"{peer.name:18} {'yes' if installed else 'no':10} {version:38} {peer.model}")
+        print(f"{peer.name:28} {'yes' if installed else 'no':10} {version:38} {peer.model}")
 
 
 def summary(metas: list[dict], failed: list[str]) -> None:
@@ -136,8 +174,9 @@ def summary(metas: list[dict], failed: list[str]) -> None:
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = argparse.ArgumentParser(prog="bench/peers/run.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", nargs="+", action="extend", metavar="NAME", choices=list(PEERS),
-                   help=f"peers to run (default: all): {', '.join(PEERS)}")
+    p.add_argument("--only", nargs="+", action="extend", metavar="NAME", choices=list(ALL),
+                   help=f"peers to run (default: {', '.join(PEERS)}; the embedded model's rows only by name: "
+                        f"{', '.join(TINY_PEERS)})")
     p.add_argument("--install-only", action="store_true", help="install what is missing, start nothing")
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "peers", help="report folder (default: %(default)s)")
     p.add_argument("--list", action="store_true", help="list the peers, whether installed, their versions")
@@ -160,7 +199,7 @@ def main(argv: list[str]) -> int:
     if args.list:
         list_peers()
         return EXIT_OK
-    selected = [PEERS[name] for name in (args.only or PEERS)]
+    selected = [ALL[name] for name in (args.only or PEERS)]
     failed: list[str] = []
     metas: list[dict] = []
     for peer in selected:

@@ -1,0 +1,83 @@
+"""The peers harness's rows for the embedded model (bench/peers/tiny.py): each engine serves the
+`colibri export` of one family with the tool and reasoning parsers that read that family's
+syntax, the export is rebuilt by running the command when the shipped model changes, and the
+chat format llama-server detected is read from its log."""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+PEERS = Path(__file__).resolve().parents[1] / "bench" / "peers"
+
+
+@pytest.fixture()
+def harness(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLI_PEERS_CACHE", str(tmp_path))
+    monkeypatch.syspath_prepend(str(PEERS))
+    for name in ("cachedir", "tiny", "catalog", "llamacpp_build", "smollm2"):
+        sys.modules.pop(name, None)
+    tiny = importlib.import_module("tiny")
+    catalog = importlib.import_module("catalog")
+    yield tiny, catalog
+    for name in ("cachedir", "tiny", "catalog", "llamacpp_build", "smollm2"):
+        sys.modules.pop(name, None)
+
+
+def test_each_engine_serves_each_family_with_the_parsers_of_its_syntax(harness):
+    tiny, catalog = harness
+    rows = catalog.TINY_PEERS
+    want = {"glm": ["glm45", "glm45"], "chatml": ["hermes", "qwen3"], "qwen-xml": ["qwen3_xml", "qwen3"]}
+    for fam, (tool, reasoning) in want.items():
+        argv = rows[f"vllm-tiny-{fam}"].argv(8000)
+        assert argv[argv.index("--tool-call-parser") + 1] == tool
+        assert argv[argv.index("--reasoning-parser") + 1] == reasoning
+        assert "--enable-auto-tool-choice" in argv and argv[2] == str(tiny.export_path(fam, "hf"))
+        assert rows[f"vllm-tiny-{fam}"].model == f"colibri-tiny-{fam}" == argv[argv.index("--served-model-name") + 1]
+        server = rows[f"llama-server-tiny-{fam}"].argv(8000)
+        assert "--jinja" in server and server[server.index("-m") + 1].endswith(f"colibri-tiny-{fam}-f32.gguf")
+    lcp = rows["llama-cpp-python-tiny-chatml"].argv(8000)
+    assert lcp[lcp.index("--chat_format") + 1] == "chatml-function-calling"
+    # the proxy points at its upstream engine, started first by the harness
+    proxy = rows["litellm-tiny-chatml"]
+    assert proxy.upstream == "llama-server-tiny-chatml"
+    config = Path(proxy.argv(8000, upstream="http://127.0.0.1:9")[2]).read_text()
+    assert "api_base: http://127.0.0.1:9/v1" in config and "hosted_vllm/colibri-tiny-chatml" in config
+    # none of them runs by default: the published matrix of the default run stays as it is
+    assert not set(rows) & set(catalog.PEERS)
+    assert all("--rule" in r.conform_args and r.family for r in rows.values())
+
+
+def test_the_export_is_made_by_the_colibri_export_command_and_remade_when_the_model_changes(harness, monkeypatch):
+    tiny, _ = harness
+    calls = []
+
+    def fake_sh(argv, log_name, env=None, cwd=None):
+        calls.append([str(a) for a in argv])
+        out = Path(argv[-1])
+        out.mkdir(parents=True)
+        (out / "colibri-tiny-glm-f32.gguf").write_bytes(b"GGUF")
+
+    monkeypatch.setattr(tiny, "sh", fake_sh)
+    out = tiny.ensure_export("glm", "gguf")
+    assert calls[0][1:] == ["-m", "colibri.cli", "export", "--family", "glm", "--format", "gguf",
+                            str(out.with_name(out.name + ".part"))]
+    assert tiny.gguf_file("glm") == out / "colibri-tiny-glm-f32.gguf" and tiny.exported("glm", "gguf")
+    tiny.ensure_export("glm", "gguf")
+    assert len(calls) == 1  # there, and of the same model: kept
+    monkeypatch.setattr(tiny, "fingerprint", lambda: "another model")
+    assert not tiny.exported("glm", "gguf")
+    tiny.ensure_export("glm", "gguf")
+    assert len(calls) == 2
+
+
+def test_the_chat_format_llama_server_detected_is_read_from_its_log(harness, tmp_path):
+    tiny, _ = harness
+    log = tmp_path / "llama-server-tiny-glm.log"
+    log.write_text("srv  params_from_: Chat format: GLM 4.5\nsrv  params_from_: Chat format: GLM 4.5\n")
+    assert tiny.chat_format(log) == "GLM 4.5"
+    log.write_text("nothing detected\n")
+    assert tiny.chat_format(log) is None
+    assert tiny.chat_format(tmp_path / "missing.log") is None
