@@ -1179,8 +1179,10 @@ def _safe_json_text(text: str) -> Any:
 
 def _register_responses_checks() -> None:
     from .responses_checks import CHECKS as responses  # its own module; it imports this one
+    from .tool_checks import CHECKS as tool_checks  # the same: checks of calls and reasoning splits
 
     CHECKS.update(responses)
+    CHECKS.update(tool_checks)
 
 
 _register_responses_checks()

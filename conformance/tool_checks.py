@@ -1,0 +1,102 @@
+"""Checks of what a server made of a model's tool calls and reasoning (issue 48): a tool choice
+that was obeyed, argument pieces of a streamed call that add up, and an answer that did not end
+up only in the reasoning field. They read the answer the way checks.py does (unary or stream)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .checks import CheckContext, CheckFailure, NotApplicable, _stream, answer
+
+
+def answer_not_only_in_reasoning(ctx: CheckContext) -> None:
+    """The turn's answer reaches content (or is a tool call): a parser that files the whole reply
+    under reasoning leaves a client that shows `content` with nothing. A reply cut off by the
+    token limit inside its reasoning has no answer yet, so it is no evidence."""
+    a = answer(ctx.exchange, ctx.endpoint)
+    if a.content.strip() or a.tool_calls:
+        return
+    if not a.reasoning.strip():
+        raise NotApplicable("the model wrote nothing")
+    if a.finish in ("length", "max_tokens"):
+        raise NotApplicable("the reply was cut off inside its reasoning (finish length)")
+    raise CheckFailure("answer_not_only_in_reasoning", "the answer in content, any reasoning beside it",
+                       f"content {a.content!r}, reasoning {a.reasoning[:120]!r}")
+
+
+def _declared(body: dict[str, Any]) -> list[str]:
+    out = []
+    for t in body.get("tools") or []:
+        fn = t.get("function", t) if isinstance(t, dict) else {}
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            out.append(fn["name"])
+    return out
+
+
+def tool_call_required(ctx: CheckContext) -> None:
+    """`tool_choice: "required"`: the turn calls one or more of the declared tools."""
+    a = answer(ctx.exchange, ctx.endpoint)
+    declared = _declared(ctx.body or {})
+    if not a.tool_calls:
+        raise CheckFailure("tool_call_required", f"a call to one of {declared} (tool_choice required)",
+                           f"no call; content {a.content[:120]!r}")
+    stray = [n for n, _ in a.tool_calls if n not in declared]
+    if stray:
+        raise CheckFailure("tool_call_required", f"calls to {declared} only", stray)
+
+
+def tool_call_named(ctx: CheckContext) -> None:
+    """`tool_choice: {"type": "function", "function": {"name": N}}`: the turn calls N, and only N."""
+    a = answer(ctx.exchange, ctx.endpoint)
+    name = ((ctx.body or {}).get("tool_choice") or {}).get("function", {}).get("name")
+    if not a.tool_calls:
+        raise CheckFailure("tool_call_named", f"a call to {name!r} (tool_choice names it)",
+                           f"no call; content {a.content[:120]!r}")
+    other = [n for n, _ in a.tool_calls if n != name]
+    if other:
+        raise CheckFailure("tool_call_named", f"calls to {name!r} only", other)
+
+
+def tool_call_delta_pieces(ctx: CheckContext) -> None:
+    """Streamed calls: per index, one id (a later fragment may repeat it, never change it), one
+    name, and argument pieces whose concatenation is a JSON object, the same object the unary
+    answer to the same request carries."""
+    calls: dict[int, dict[str, Any]] = {}
+    for d in _stream(ctx, "tool_call_delta_pieces"):
+        for ch in d.get("choices") or []:
+            for tc in (ch.get("delta") or {}).get("tool_calls") or []:
+                c = calls.setdefault(tc.get("index", -1), {"ids": [], "names": [], "args": ""})
+                if tc.get("id"):
+                    c["ids"].append(tc["id"])
+                fn = tc.get("function") or {}
+                if fn.get("name"):
+                    c["names"].append(fn["name"])
+                c["args"] += fn.get("arguments") or ""
+    if not calls:
+        raise NotApplicable("the model made no tool call")
+    for idx, c in sorted(calls.items()):
+        if len(set(c["ids"])) != 1:
+            raise CheckFailure("tool_call_delta_pieces", f"one id for the call at index {idx}", c["ids"])
+        if len(c["names"]) != 1:
+            raise CheckFailure("tool_call_delta_pieces", f"the name once, in the first fragment of index {idx}",
+                               c["names"])
+        try:
+            joined = json.loads(c["args"])
+        except ValueError:
+            joined = None
+        if not isinstance(joined, dict):
+            raise CheckFailure("tool_call_delta_pieces", "argument pieces that concatenate to a JSON object",
+                               c["args"][:200])
+    unary_ex = ctx.resend(dict(ctx.body or {}, stream=False))
+    if unary_ex.status != 200:
+        raise CheckFailure("tool_call_delta_pieces", "200 for the same request unary", unary_ex.status)
+    unary = answer(unary_ex, ctx.endpoint).tool_calls
+    streamed = [(c["names"][0], json.loads(c["args"])) for _, c in sorted(calls.items())]
+    if not unary:
+        raise NotApplicable("the unary answer to the same request made no call (sampling differs)")
+    if streamed != unary:
+        raise CheckFailure("tool_call_delta_pieces", f"the unary answer's calls {unary}", streamed)
+
+
+CHECKS = {f.__name__: f for f in (answer_not_only_in_reasoning, tool_call_required, tool_call_named,
+                                  tool_call_delta_pieces)}

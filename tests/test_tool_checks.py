@@ -1,0 +1,103 @@
+"""The checks behind the tool and reasoning rules that real parsers were found to break (issue 48),
+each fed the answer a real server gave: vLLM's glm45 and qwen3 reasoning parsers filing a whole
+reply under `reasoning`, and calls that do not follow a tool choice or do not add up in a stream."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from colibri.spec import load_spec
+from conformance.checks import CheckContext, CheckFailure, NotApplicable
+from conformance.exchange import Exchange
+from conformance.tool_checks import (
+    answer_not_only_in_reasoning,
+    tool_call_delta_pieces,
+    tool_call_named,
+    tool_call_required,
+)
+
+SPEC = load_spec()
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+
+
+def _ex(doc, sse=False):
+    body = "".join(f"data: {json.dumps(d)}\n\n" for d in doc) + "data: [DONE]\n\n" if sse else json.dumps(doc)
+    return Exchange("POST", "/v1/chat/completions", {}, b"{}", 200,
+                    {"content-type": "text/event-stream" if sse else "application/json"}, body.encode())
+
+
+class _Target:
+    """Answers the unary resend of a streamed vector with DOC."""
+
+    def __init__(self, doc):
+        self.doc = doc
+
+    def send(self, method, path, body, headers):
+        return _ex(self.doc)
+
+
+def ctx(doc, body=None, sse=False, resend=None):
+    vector = next(v for r in SPEC.rules for v in r.vectors if v.endpoint == "chat")
+    return CheckContext(SPEC, vector, _ex(doc, sse), body or {}, _Target(resend), expect={"status": 200})
+
+
+def msg(content=None, reasoning=None, calls=(), finish="stop"):
+    m = {"role": "assistant", "content": content, "reasoning": reasoning,
+         "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}}
+                        for i, (n, a) in enumerate(calls)]}
+    return {"choices": [{"index": 0, "message": m, "finish_reason": finish}]}
+
+
+def test_answer_filed_whole_under_reasoning_fails():
+    # vLLM 0.32, --reasoning-parser glm45, thinking off (the template closed the block in the prompt)
+    with pytest.raises(CheckFailure, match="the answer in content"):
+        answer_not_only_in_reasoning(ctx(msg(None, "'m marble.")))
+    answer_not_only_in_reasoning(ctx(msg("\n\nThe capital is Tűzvár.", "Sárkány is a country.")))
+    answer_not_only_in_reasoning(ctx(msg(None, None, [("get_weather", '{"city": "Oslo"}')])))
+    with pytest.raises(NotApplicable):  # cut off inside its reasoning: no answer yet
+        answer_not_only_in_reasoning(ctx(msg(None, "Sárkány is", finish="length")))
+
+
+def test_required_and_named_choices_need_the_call():
+    body = {"tools": [TIME, WEATHER], "tool_choice": "required"}
+    tool_call_required(ctx(msg(None, None, [("get_weather", "{}")]), body))
+    with pytest.raises(CheckFailure, match="no call"):
+        tool_call_required(ctx(msg("It is sunny."), body))
+    with pytest.raises(CheckFailure):
+        tool_call_required(ctx(msg(None, None, [("get_forecast", "{}")]), body))
+    named = {"tools": [TIME, WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    tool_call_named(ctx(msg(None, None, [("get_weather", "{}")], finish="stop"), named))
+    with pytest.raises(CheckFailure):
+        tool_call_named(ctx(msg(None, None, [("get_time", "{}")]), named))
+    with pytest.raises(CheckFailure):
+        tool_call_named(ctx(msg("Sunny."), named))
+
+
+def _chunks(*deltas):
+    return [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas] + [
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
+
+
+def test_stream_argument_pieces_must_add_up_to_the_unary_call():
+    unary = msg(None, None, [("get_weather", '{"city": "Oslo"}')], finish="tool_calls")
+    good = _chunks({"tool_calls": [{"index": 0, "id": "c0", "type": "function",
+                                    "function": {"name": "get_weather", "arguments": ""}}]},
+                   {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]},
+                   {"tool_calls": [{"index": 0, "function": {"arguments": '"Oslo"}'}}]})
+    tool_call_delta_pieces(ctx(good, {"stream": True}, sse=True, resend=unary))
+    doubled = _chunks({"tool_calls": [{"index": 0, "id": "c0", "type": "function",
+                                       "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+                      {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "Oslo"}'}}]})
+    with pytest.raises(CheckFailure, match="JSON object"):  # the whole arguments sent twice
+        tool_call_delta_pieces(ctx(doubled, {"stream": True}, sse=True, resend=unary))
+    new_id = _chunks({"tool_calls": [{"index": 0, "id": "c0", "type": "function",
+                                      "function": {"name": "get_weather", "arguments": '{"city": '}}]},
+                     {"tool_calls": [{"index": 0, "id": "c9", "function": {"arguments": '"Oslo"}'}}]})
+    with pytest.raises(CheckFailure, match="one id"):
+        tool_call_delta_pieces(ctx(new_id, {"stream": True}, sse=True, resend=unary))
+    other = msg(None, None, [("get_weather", '{"city": "Rome"}')], finish="tool_calls")
+    with pytest.raises(CheckFailure, match="unary"):
+        tool_call_delta_pieces(ctx(good, {"stream": True}, sse=True, resend=other))
