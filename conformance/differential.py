@@ -49,6 +49,7 @@ class Reference:
     logprobs: list[float] = field(default_factory=list)
     top: list[list[tuple[str, float]]] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)  # tool calls: name and decoded arguments
+    reasoning: str = ""  # the reasoning field's text (reasoning prompts compare the split)
 
 
 def load_prompts(path: Path = PROMPTS_FILE) -> dict[str, Any]:
@@ -65,6 +66,11 @@ def _body(prompt: dict[str, Any], model: str, max_tokens: int, endpoint: str, lo
         body["messages"] = prompt["messages"]
         if prompt.get("tools"):
             body["tools"] = prompt["tools"]
+        if prompt.get("tool_choice"):
+            body["tool_choice"] = prompt["tool_choice"]
+        if prompt.get("reasoning"):
+            # the official control; vLLM maps it to the template's enable_thinking, colibri too
+            body["reasoning_effort"] = "high"
         if logprobs:
             body |= {"logprobs": True, "top_logprobs": TOP}
     return body
@@ -82,6 +88,12 @@ def answer_text(endpoint: str, doc: dict[str, Any]) -> str:
         return "".join(b.get("text", "") for b in doc.get("content") or [] if b.get("type") == "text")
     choice = (doc.get("choices") or [{}])[0]
     return str(choice.get("text") if endpoint == "completions" else (choice.get("message") or {}).get("content") or "")
+
+
+def reasoning_of(doc: dict[str, Any]) -> str:
+    """A chat answer's reasoning, under either field name servers use."""
+    msg = ((doc.get("choices") or [{}])[0].get("message") or {})
+    return str(msg.get("reasoning_content") or msg.get("reasoning") or "")
 
 
 def calls_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -103,7 +115,8 @@ def reference_answer(target: Any, prompt: dict[str, Any], model: str, max_tokens
     """The reference's greedy answer with per-token log probabilities and alternatives."""
     endpoint = "completions" if prompt["endpoint"] == "completions" else "chat"
     doc = _send(target, endpoint, _body(prompt, model, max_tokens, endpoint, logprobs=True))
-    ref = Reference(answer_text(endpoint, doc), calls=calls_of(doc) if endpoint == "chat" else [])
+    ref = Reference(answer_text(endpoint, doc), calls=calls_of(doc) if endpoint == "chat" else [],
+                    reasoning=reasoning_of(doc) if endpoint == "chat" else "")
     lp = (doc.get("choices") or [{}])[0].get("logprobs") or {}
     if endpoint == "chat":
         for entry in lp.get("content") or []:
@@ -187,6 +200,50 @@ def compare_calls(ref: Reference, text: str, calls: list[dict[str, Any]], tolera
             "rounded divergence by)"}
 
 
+def compare_reasoning(ref: Reference, text: str, reasoning: str, tolerance: str) -> dict[str, Any]:
+    """The verdict on a reasoning prompt: the same split of the reply into reasoning and answer
+    (each compared without the blank lines around it: a server may keep the newlines that
+    follow `</think>`). Where the split differs, both splits are the evidence."""
+    want, got = (ref.reasoning.strip(), ref.text.strip()), (reasoning.strip(), text.strip())
+    if want == got:
+        return {"outcome": "PASS", "why": "the same reasoning and the same answer"}
+    evidence = {"reference_split": {"reasoning": ref.reasoning, "content": ref.text},
+                "target_split": {"reasoning": reasoning, "content": text}}
+    if "".join(want) == "".join(got) or (want[0] + want[1]).replace(" ", "") == (got[0] + got[1]).replace(" ", ""):
+        return {"outcome": "FAIL", **evidence,
+                "why": f"the same text, split otherwise: the reference reasons {_short(ref.reasoning)} and answers "
+                       f"{_short(ref.text)}, the target reasons {_short(reasoning)} and answers {_short(text)}"}
+    why = (f"the reference reasons {_short(ref.reasoning)} and answers {_short(ref.text)}, the target reasons "
+           f"{_short(reasoning)} and answers {_short(text)}")
+    if tolerance == "exact":
+        return {"outcome": "FAIL", **evidence, "why": why}
+    return {"outcome": "INCONCLUSIVE", **evidence, "why": why + " (rounded arithmetic may write other text)"}
+
+
+def _short(text: str, n: int = 60) -> str:
+    return json.dumps(text if len(text) <= n else text[:n] + "…", ensure_ascii=False) if text else "nothing"
+
+
+def raw_text(target: Any, model: str, prompt: dict[str, Any], n: int) -> str | None:
+    """What the model itself wrote for a chat prompt, before any parser: the engine's own
+    rendering of the prompt (/v1/render, /apply-template or /tokenize) sent back to its
+    /v1/completions, greedy, with the same token budget. None where the engine shows no
+    rendering or refuses such a completion."""
+    if prompt["endpoint"] != "chat":
+        return None
+    extra = {k: v for k, v in (("tool_choice", prompt.get("tool_choice")),
+                               ("reasoning_effort", "high" if prompt.get("reasoning") else None)) if v}
+    path, text, ids = rendered(target, model, prompt["messages"], prompt.get("tools"), extra)
+    if not path:
+        return None
+    body = {"model": model, "max_tokens": n, "temperature": 0, "prompt": text if text is not None else ids}
+    try:
+        doc = _send(target, "completions", body)
+    except Exception:  # noqa: BLE001 - an engine without completions on its own prompt: no raw text
+        return None
+    return answer_text("completions", doc)
+
+
 def compare(ref: Reference, text: str, bound: float) -> dict[str, Any]:
     """The verdict on one target answer against the reference's."""
     if text == ref.text:
@@ -233,12 +290,13 @@ RENDER_ENDPOINTS = [
 
 
 def rendered(target: Any, model: str, messages: list[dict[str, Any]],
-             tools: list[dict[str, Any]] | None = None) -> tuple[str, str | None, list[int] | None]:
+             tools: list[dict[str, Any]] | None = None,
+             extra: dict[str, Any] | None = None) -> tuple[str, str | None, list[int] | None]:
     """(endpoint, prompt text, token ids) the target shows for these messages (and tools, which
-    each of the three endpoints takes as the chat request does); ("", None, None) when it shows
-    neither."""
+    each of the three endpoints takes as the chat request does; EXTRA: more request fields);
+    ("", None, None) when it shows neither."""
     for path, make, text_key, tokens_key in RENDER_ENDPOINTS:
-        body = make(model, messages) | ({"tools": tools} if tools else {})
+        body = make(model, messages) | ({"tools": tools} if tools else {}) | (extra or {})
         try:
             ex = target.send("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
             doc = ex.json() if ex.status == 200 else None
@@ -329,8 +387,19 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
     prompts = prompts or load_prompts()
     n, bound = prompts["max_tokens"], BOUNDS[tolerance]
     skip_tools = tools_skipped(reference, ref_model, prompts)
-    refs = {p["id"]: reference_answer(reference, p, ref_model, n) for p in prompts["prompts"]
-            if not (skip_tools and p.get("tools"))}
+    refs: dict[str, Reference] = {}
+    skipped: dict[str, str] = {}
+    for p in prompts["prompts"]:
+        if skip_tools and p.get("tools"):
+            skipped[p["id"]] = skip_tools
+            continue
+        try:
+            refs[p["id"]] = reference_answer(reference, p, ref_model, n)
+        except RuntimeError as e:
+            if not p.get("reasoning"):
+                raise
+            # a family without reasoning (SmolLM2's) refuses the control: nothing to compare
+            skipped[p["id"]] = f"the reference refuses reasoning for this model: {str(e)[:160]}"
     out: dict[str, Any] = {"prompt_set_version": prompts["version"], "max_tokens": n, "tolerance": tolerance,
                            "bound_nats": bound, "rule": RULES[tolerance], "logprob_rule": LOGPROB_RULE,
                            "logprob_bound_nats": LOGPROB_BOUNDS[tolerance], "targets": {}}
@@ -338,7 +407,7 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
         rows = []
         for p in prompts["prompts"]:
             if p["id"] not in refs:
-                rows.append({"prompt": p["id"], "outcome": "SKIPPED", "why": skip_tools})
+                rows.append({"prompt": p["id"], "outcome": "SKIPPED", "why": skipped[p["id"]]})
                 continue
             ref = refs[p["id"]]
             try:
@@ -347,9 +416,24 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
                 rows.append({"prompt": p["id"], "outcome": "UNSUPPORTED", "why": str(e)[:300]})
                 continue
             text = answer_text(p["endpoint"], doc)
-            verdict = compare_calls(ref, text, calls_of(doc), tolerance) if p.get("tools") else compare(ref, text, bound)
+            reasoning = reasoning_of(doc) if p["endpoint"] == "chat" else ""
+            if p.get("reasoning") or p.get("reasoning_split") or (
+                    p["endpoint"] == "chat" and (reasoning or ref.reasoning) and not (ref.calls or calls_of(doc))):
+                # a reasoning prompt (thinking on, or off and judged by where the answer went), or
+                # an answer one side filed (partly) under reasoning
+                verdict = compare_reasoning(ref, text, reasoning, tolerance)
+            elif p.get("tools"):
+                verdict = compare_calls(ref, text, calls_of(doc), tolerance)
+            else:
+                verdict = compare(ref, text, bound)
             row = {"prompt": p["id"], "endpoint": p["endpoint"], "reference": ref.text, "target": text, **verdict,
                    **logprob_differences(ref, p["endpoint"], doc)}
+            if verdict["outcome"] != "PASS" and (p.get("tools") or p.get("reasoning") or p.get("reasoning_split")
+                                                 or reasoning or ref.reasoning):
+                row |= parses_and_raw(reference, ref_model, target, model, p, n, ref, doc)
+                if row.get("same_raw_text") and verdict["outcome"] == "INCONCLUSIVE":
+                    row |= {"outcome": "FAIL", "why": "the model wrote the same text on both engines and their parsers "
+                            "read it differently: " + verdict["why"]}
             rows.append(row | judge_logprobs(row, tolerance))
         outcomes = [r["outcome"] for r in rows]
         judged = [r["logprobs"]["outcome"] for r in rows if "logprobs" in r]
@@ -357,6 +441,24 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
                                 "counts": {o: outcomes.count(o) for o in sorted(set(outcomes))},
                                 "logprobs": _verdict(judged),
                                 "logprob_counts": {o: judged.count(o) for o in sorted(set(judged))}, "prompts": rows}
+    return out
+
+
+def parses_and_raw(reference: Any, ref_model: str, target: Any, model: str, prompt: dict[str, Any], n: int,
+                   ref: Reference, doc: dict[str, Any]) -> dict[str, Any]:
+    """Where a tool or reasoning prompt's parses differ: each side's parse (content, reasoning,
+    calls) and the raw text each model wrote (where the engine shows it), and whether that text
+    is the same on both sides: then the difference is the parsers', not the numbers'."""
+    out: dict[str, Any] = {
+        "reference_parse": {"content": ref.text, "reasoning": ref.reasoning, "calls": ref.calls},
+        "target_parse": {"content": answer_text("chat", doc), "reasoning": reasoning_of(doc), "calls": calls_of(doc)}}
+    raw_ref, raw_target = raw_text(reference, ref_model, prompt, n), raw_text(target, model, prompt, n)
+    if raw_ref is not None:
+        out["reference_raw"] = raw_ref
+    if raw_target is not None:
+        out["target_raw"] = raw_target
+    if raw_ref is not None and raw_target is not None:
+        out["same_raw_text"] = raw_ref.strip() == raw_target.strip()
     return out
 
 
@@ -380,9 +482,18 @@ def markdown(report: dict[str, Any]) -> str:
                 d = r["logprob_diff"]
                 why += (f" (log probabilities along the {d['tokens']} shared tokens: mean |diff| "
                         f"{d['mean_abs']:.4f}, max {d['max_abs']:.4f}: {r['logprobs']['outcome']})")
+            for side in ("reference", "target"):
+                if f"{side}_parse" in r:
+                    why += f"<br>{side} parse: {_cell(json.dumps(r[side + '_parse'], ensure_ascii=False))}"
+                if f"{side}_raw" in r:
+                    why += f"<br>{side} raw text: {_cell(json.dumps(r[side + '_raw'], ensure_ascii=False))}"
             lines.append(f"| {r['prompt']} | {r['outcome']} | {why} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
 
 
 def _reference_target(spec: str, headers: dict[str, str]) -> tuple[Any, str]:

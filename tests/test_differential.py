@@ -17,6 +17,7 @@ from conformance.differential import (
     answer_text,
     compare,
     compare_calls,
+    compare_reasoning,
     judge_logprobs,
     load_prompts,
     markdown,
@@ -82,7 +83,7 @@ def test_diff_greedy_exact_a_server_against_itself_passes_every_prompt(colibri):
     report = run(colibri, "colibri-tiny", [("self", colibri, "colibri-tiny")], "exact")
     t = report["targets"]["self"]
     assert t["verdict"] == "PASS" and t["counts"] == {"PASS": len(load_prompts()["prompts"])}
-    assert report["prompt_set_version"] == 2 and report["rule"] == "diff.greedy.exact"
+    assert report["prompt_set_version"] == 3 and report["rule"] == "diff.greedy.exact"
     # the embedded model's template renders tools, so the tool prompts ran and agree call for call
     calls = [r for r in t["prompts"] if r["prompt"] == "tool-call"]
     assert calls and calls[0]["why"].startswith("the same call: get_weather(")
@@ -256,6 +257,53 @@ def test_diff_greedy_rounded_tool_prompts_are_skipped_where_the_template_ignores
     plain = InProcessTarget(create_app(Service(Settings(kv_slots=1, family="chatml-text"), model=Model())), HOST)
     rows = {r["prompt"]: r for r in run(plain, "colibri-tiny", [("t", plain, "colibri-tiny")], "exact")
             ["targets"]["t"]["prompts"]}
-    assert {k for k, r in rows.items() if r["outcome"] == "SKIPPED"} == tool_ids
-    assert "refuses tools" in rows["tool-call"]["why"]
-    assert all(r["outcome"] == "PASS" for k, r in rows.items() if k not in tool_ids)
+    thinking = {p["id"] for p in load_prompts()["prompts"] if p.get("reasoning")}
+    assert {k for k, r in rows.items() if r["outcome"] == "SKIPPED"} == tool_ids | thinking
+    assert "refuses tools" in rows["tool-call"]["why"] and "refuses reasoning" in rows["reasoning-on"]["why"]
+    assert all(r["outcome"] == "PASS" for k, r in rows.items() if k not in tool_ids | thinking)
+
+
+def test_diff_greedy_exact_reasoning_prompts_compare_the_split():
+    ref = Reference("The capital of Sárkány is Tűzvár.", reasoning="Sárkány is a country. Its capital is Tűzvár.")
+    same = compare_reasoning(ref, "\n\nThe capital of Sárkány is Tűzvár.", "Sárkány is a country. Its capital is Tűzvár.\n",
+                             "exact")
+    assert same["outcome"] == "PASS"  # the blank lines vLLM keeps after </think> are no difference
+    # vLLM's glm45/qwen3 reasoning parsers with thinking off: the whole answer filed as reasoning
+    off = Reference("marble.")
+    moved = compare_reasoning(off, "", "marble.", "exact")
+    assert moved["outcome"] == "FAIL" and "split otherwise" in moved["why"]
+    assert moved["target_split"] == {"reasoning": "marble.", "content": ""}
+    other = compare_reasoning(ref, "The capital is Castelune.", "", "rounded")
+    assert other["outcome"] == "INCONCLUSIVE" and other["reference_split"]["reasoning"].startswith("Sárkány")
+
+
+class FilesAnswerAsReasoning:
+    """colibri behind a parser that files every chat reply under `reasoning` (what vLLM's qwen3
+    reasoning parser did to the embedded model's replies with thinking off)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def send(self, method, path, body=None, headers=None):
+        ex = self.inner.send(method, path, body, headers)
+        if path != "/v1/chat/completions" or ex.status != 200:
+            return ex
+        doc = json.loads(ex.body)
+        msg = doc["choices"][0]["message"]
+        if not msg.get("tool_calls"):
+            msg["reasoning"] = (msg.pop("reasoning_content", None) or "") + (msg.get("content") or "")
+            msg["content"] = None
+        return Exchange(method, path, headers or {}, body, 200, {"content-type": "application/json"},
+                        json.dumps(doc).encode(), 0.0)
+
+
+def test_diff_greedy_exact_a_parser_disagreement_shows_both_parses_and_the_raw_text(colibri):
+    report = run(colibri, "colibri-tiny", [("t", FilesAnswerAsReasoning(colibri), "colibri-tiny")], "exact")
+    rows = {r["prompt"]: r for r in report["targets"]["t"]["prompts"]}
+    off = rows["reasoning-default-off"]
+    assert off["outcome"] == "FAIL" and "split otherwise" in off["why"]
+    assert off["target_parse"]["content"] == "" and off["target_parse"]["reasoning"] == off["reference_parse"]["content"]
+    # the same weights wrote the same text on both sides: the difference is the parser's
+    assert off["reference_raw"] == off["target_raw"] and off["same_raw_text"] is True
+    assert rows["tool-call"]["outcome"] == "PASS"  # calls are untouched by that parser
+    assert "target raw text" in markdown(report)
