@@ -3,28 +3,41 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from . import __version__
-from .paths import data_dir
+from .paths import checkout_root, data_dir
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 def _spec_root(args: argparse.Namespace) -> Path:
-    return Path(args.spec) if args.spec else data_dir("spec")
+    """The spec folder a `colibri spec` command reads, said on stderr: --spec, else the checkout
+    the command runs in (an edit there is what the user means to check, even when the installed
+    package is a copy from before it), else the installed one."""
+    if args.spec:
+        root, why = Path(args.spec), "--spec"
+    elif (checkout := checkout_root()) is not None:
+        root, why = checkout / "spec", "this checkout's; --spec to read another"
+    else:
+        root = data_dir("spec")
+        why = "the installed package's; run inside a checkout to read its spec/, or pass --spec"
+    print(f"colibri spec: reading {root.resolve()} ({why})", file=sys.stderr)
+    return root
 
 
 def cmd_lint(args: argparse.Namespace) -> int:
     from .spec.lint import lint
 
-    spec, problems = lint(_spec_root(args))
+    root = _spec_root(args)
+    spec, problems = lint(root)
     for p in problems:
         print(p)
     if problems:
-        print(f"{len(problems)} problem(s) in {_spec_root(args)}", file=sys.stderr)
+        print(f"{len(problems)} problem(s) in {root}", file=sys.stderr)
         return EXIT_FAIL
     assert spec is not None
     n_gen = sum(v.generated for v in spec.vectors())
@@ -56,6 +69,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         repo = Path(top.stdout.strip())
     new_root = Path(args.spec) if args.spec else repo / "spec"
+    print(f"colibri spec: comparing {new_root.resolve()} with {args.rev} in the git checkout {repo.resolve()}",
+          file=sys.stderr)
     try:
         changes = diff_against(args.rev, load_spec(new_root), repo, new_root.parent / "schemas")
     except RuntimeError as e:
@@ -124,7 +139,16 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    checkout = checkout_root() if args.command == "spec" and not args.spec else None
+    if checkout is None or os.environ.get("COLI_SCHEMAS_DIR"):
+        return int(args.func(args))
+    # The checkout's schemas go with its spec/, so the meta-schema and the $refs match the rules
+    # read; only for this command (main is also called in-process, by tests).
+    os.environ["COLI_SCHEMAS_DIR"] = str(checkout / "schemas")
+    try:
+        return int(args.func(args))
+    finally:
+        del os.environ["COLI_SCHEMAS_DIR"]
 
 
 if __name__ == "__main__":

@@ -19,6 +19,17 @@ def data_dir(name: str) -> Path:
     return PACKAGE / "data" / name
 
 
+def checkout_root(start: Path | None = None) -> Path | None:
+    """The colibri checkout holding `start` (default: the working folder), or None: the nearest
+    folder upwards with a spec/ folder and a pyproject.toml naming the colibri project."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        project = folder / "pyproject.toml"
+        if (folder / "spec").is_dir() and project.is_file() and 'name = "colibri"' in project.read_text():
+            return folder
+    return None
+
+
 MODELS = PACKAGE / "models"
 EMBEDDED_MODEL = MODELS / "tiny"
 

@@ -1,7 +1,9 @@
 """`colibri spec lint`: clean on the repo, and each kind of breakage named with file and line."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,37 @@ def test_rule_without_vectors_is_reported(spec_copy):
 def test_missing_table_file_is_reported(spec_copy):
     (spec_copy / "families.yaml").unlink()
     assert any(m.startswith("families.yaml:1: required table file is missing") for m in messages(spec_copy))
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """A scratch colibri checkout: pyproject.toml, spec/ and schemas/."""
+    from colibri.paths import data_dir
+
+    root = tmp_path / "clone"
+    shutil.copytree(data_dir("spec"), root / "spec")
+    shutil.copytree(data_dir("schemas"), root / "schemas")
+    (root / "pyproject.toml").write_text('[project]\nname = "colibri"\n')
+    (root / "docs").mkdir()
+    return root
+
+
+def test_spec_commands_read_the_checkout_they_run_in_and_say_so(tmp_path, monkeypatch, capsys):
+    """Issue 50 item 9: in a clone with a non-editable install, `colibri spec lint` checked the
+    installed copy and printed ok over a broken edit; it reads the checkout and names it."""
+    monkeypatch.delenv("COLI_SPEC_DIR", raising=False)
+    monkeypatch.delenv("COLI_SCHEMAS_DIR", raising=False)
+    root = _checkout(tmp_path)
+    f = root / "spec" / "30-fields.yaml"
+    f.write_text(f.read_text().replace("level: MUST", "level: MAYBE", 1))
+    monkeypatch.chdir(root / "docs")  # anywhere inside the checkout
+    assert main(["spec", "lint"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"colibri spec: reading {root.resolve() / 'spec'} (this checkout's; --spec to read another)\n")
+    assert "COLI_SCHEMAS_DIR" not in os.environ  # set for the command only
+    out = tmp_path / "pages"
+    f.write_text(f.read_text().replace("level: MAYBE", "level: MUST", 1))
+    assert main(["spec", "docs", str(out)]) == 0
+    assert "(this checkout's" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)  # outside any checkout: the installed package's, said so
+    assert main(["spec", "lint"]) == 0
+    assert "(the installed package's; run inside a checkout to read its spec/, or pass --spec)" in capsys.readouterr().err
