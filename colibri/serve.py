@@ -48,6 +48,9 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
      "stored /v1/responses objects kept for GET and previous_response_id; the oldest are evicted first"),
     ("--responses-max-bytes", "COLI_RESPONSES_MAX_BYTES", int, 64 * 1024 * 1024,
      "bytes the stored responses may take (kept beside the KV files with --kv-dir)"),
+    ("--systemone-max-tokens", "COLI_SYSTEMONE_MAX_TOKENS", int, 65536,
+     "prompt tokens one /v1/systemone request may score, all questions together (more: 400 "
+     "scoring_budget_exceeded; 0: no limit)"),
     ("--profile-turns", "COLI_PROFILE_TURNS", int, 256,
      "finished turns whose phase times GET /profile keeps (the dashboard's Profiling page); 0 records none"),
     ("--debug-step-delay", "COLI_DEBUG_STEP_DELAY", float, 0.0,
@@ -123,7 +126,7 @@ def settings_from(args: argparse.Namespace) -> Any:
                     kv_dir=args.kv_dir or None, dequantize=bool(args.dequantize),
                     responses_max=int(args.responses_max), responses_max_bytes=int(args.responses_max_bytes),
                     profile_turns=int(args.profile_turns), offered_tool_names=not args.free_tool_names,
-                    systemone_prompt=args.systemone_prompt)
+                    systemone_prompt=args.systemone_prompt, systemone_max_tokens=int(args.systemone_max_tokens))
 
 
 SPARE_THREADS = 4  # for /health, /metrics, static files and refusals while every slot and queue place is taken
@@ -170,6 +173,8 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--max-client-connections must be at least 1, not {args.max_client_connections}"
     if int(args.idle_timeout) < 1:
         return f"--idle-timeout must be at least 1 second, not {args.idle_timeout}"
+    if int(args.systemone_max_tokens) < 0:
+        return f"--systemone-max-tokens must be 0 or more, not {args.systemone_max_tokens}"
     if int(args.profile_turns) < 0:
         return f"--profile-turns must be 0 or more, not {args.profile_turns}"
     from .server.systemone import PROMPT_LAYOUTS

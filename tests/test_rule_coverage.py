@@ -20,6 +20,10 @@ COVERED_ELSEWHERE = {
     "ops.connections.per-client": ["test_admission:test_ops_connections_per_client_cap"],
     "ops.keepalive.idle": ["test_admission:test_ops_keepalive_idle_connection_outlasts_the_sdk_pool_expiry",
                            "test_admission:test_an_idle_connection_is_closed_after_keepalive_without_a_thread"],
+    "s1.scoring.interleaved-cancellable": [
+        "test_systemone:test_s1_scoring_interleaved_cancellable_a_chat_is_answered_while_questions_are_scored",
+        "test_systemone:test_s1_scoring_interleaved_cancellable_a_cancelled_request_stops_between_passes",
+        "test_systemone:test_s1_scoring_interleaved_cancellable_a_client_that_hangs_up_cancels_its_scoring"],
     "ops.kv-persistence": ["test_live_server:test_kv_state_survives_a_restart_and_a_torn_file_is_discarded"],
     "diff.greedy.exact": ["test_differential:test_diff_greedy_exact_a_server_against_itself_passes_every_prompt",
                           "test_differential:test_diff_greedy_exact_continuation_outside_the_top_tokens_fails"],

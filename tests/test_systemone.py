@@ -4,6 +4,10 @@ bench/peers/systemone_agreement.py), the label choice per model, and the named r
 question the model cannot label."""
 from __future__ import annotations
 
+import threading
+import time
+import urllib.request
+
 import numpy as np
 import pytest
 from falcon import testing
@@ -248,3 +252,118 @@ def test_s1_prefix_reused_when_the_branches_fill_the_context_several_times():
         assert got[key] == pytest.approx(want[key], abs=1e-5), name
         for option, p in want.get("probabilities", {}).items():
             assert got["probabilities"][option] == pytest.approx(p, abs=1e-5), (name, option)
+
+
+def _many_questions(n: int = 24, words: int = 8) -> dict:
+    """A request whose question tails fill many scoring passes: each question's own words differ."""
+    questions = {f"q{i}": {"type": "noul", "instructions": " ".join(f"clause {i} {k}" for k in range(words)) + "?"}
+                 for i in range(n)}
+    return {"model": "colibri-tiny", "state": "The parcel came late and the lid was cracked.", "questions": questions}
+
+
+class _Recording:
+    """The engine, noting each call (kind, time) and slowing each scoring pass a little."""
+
+    def __init__(self, engine, pass_delay: float = 0.0):
+        self.engine, self.pass_delay, self.calls = engine, pass_delay, []
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def prefill_branches(self, slot, branches):
+        time.sleep(self.pass_delay)
+        self.calls.append(("score", time.monotonic()))
+        return self.engine.prefill_branches(slot, branches)
+
+    def decode(self, slots, tokens):
+        self.calls.append(("decode", time.monotonic()))
+        return self.engine.decode(slots, tokens)
+
+
+def test_s1_scoring_interleaved_cancellable_a_chat_is_answered_while_questions_are_scored():
+    svc = Service(Settings(kv_slots=2, n_threads=1))  # one thread: quick on a busy machine too
+    rec = _Recording(svc.scheduler.engine, pass_delay=0.03)
+    svc.scheduler.engine = rec
+    svc.scheduler.SCORE_PASS_TOKENS = 64  # many short passes: about one per question
+    c = testing.TestClient(create_app(svc))
+    done: dict[str, float] = {}
+
+    def score():
+        r = c.simulate_post("/v1/systemone", headers=HOST, json=_many_questions())
+        assert r.status_code == 200, r.text
+        done["score"] = time.monotonic()
+
+    worker = threading.Thread(target=score)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not any(k == "score" for k, _ in rec.calls) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        r = c.simulate_post("/v1/chat/completions", headers=HOST, json={
+            "model": "colibri-tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 200, r.text
+        done["chat"] = time.monotonic()
+    finally:
+        worker.join()
+        svc.scheduler.close()
+    passes = [t for k, t in rec.calls if k == "score"]
+    assert len(passes) > 10
+    # The chat got its answer while the questions were still being scored, not after them.
+    assert done["chat"] < done["score"]
+    assert sum(t > done["chat"] for t in passes) >= 3
+    decodes = [t for k, t in rec.calls if k == "decode"]
+    assert decodes and passes[0] < decodes[0] < passes[-1]
+
+
+def test_s1_scoring_interleaved_cancellable_a_cancelled_request_stops_between_passes():
+    from colibri.server.scheduler import Task
+    from colibri.server.systemone import parse_questions, scoring_prompts
+
+    svc = Service(Settings(kv_slots=1, n_threads=1))
+    rec = _Recording(svc.scheduler.engine, pass_delay=0.02)
+    svc.scheduler.engine = rec
+    svc.scheduler.SCORE_PASS_TOKENS = 64
+    try:
+        body = _many_questions()
+        task = Task(prompt=[1], max_new=0, end_tokens=frozenset(),
+                    scoring=scoring_prompts(svc, body["state"], parse_questions(body)))
+        svc.scheduler.admit(task)
+        deadline = time.monotonic() + 30
+        while sum(k == "score" for k, _ in rec.calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        task.cancel()
+        at_cancel = sum(k == "score" for k, _ in rec.calls)
+        while svc.scheduler.snapshot()["active"] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        snap = svc.scheduler.snapshot()
+        assert snap["active"] == 0 and snap["cancelled"] == 1 and snap["completed"] == 0
+        assert sum(k == "score" for k, _ in rec.calls) <= at_cancel + 1  # the pass under way, no more
+        assert task.events.empty()  # nothing scored is reported to a client that left
+    finally:
+        svc.scheduler.close()
+
+
+def test_s1_scoring_interleaved_cancellable_a_client_that_hangs_up_cancels_its_scoring():
+    import json
+    import socket
+
+    from live_server import live_server
+
+    body = json.dumps(_many_questions(64, 12)).encode()
+    # A 256-token context makes passes of at most ~200 tokens: some twenty of them, 0.1 s apart.
+    with live_server("--kv-slots", "1", "--ctx", "256", "--debug-step-delay", "0.1",
+                     "--engine-threads", "1") as base:
+        host, port = base.split("//")[1].split(":")
+        s = socket.create_connection((host, int(port)))
+        s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        time.sleep(0.5)
+        s.close()
+        deadline = time.monotonic() + 10
+        while True:
+            with urllib.request.urlopen(base + "/health") as r:
+                sched = json.loads(r.read())["scheduler"]
+            if sched["active"] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert (sched["active"], sched["cancelled"], sched["completed"]) == (0, 1, 0)

@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +179,8 @@ class Scheduler:
         self.history = [np.asarray(engine.slot_tokens(s), np.intc) for s in range(n_slots)]
         self.to_prefill: deque[Task] = deque()
         self.decoding: list[Task] = []
+        # scoring tasks (/v1/systemone) in progress, each with the generator of its engine passes
+        self.scoring: list[tuple[Task, Generator[None, None, None]]] = []
         self.closed = False
         self.failed: str | None = None  # why the engine thread stopped, if it did
         self.thread = threading.Thread(target=self._run, name="colibri-engine", daemon=True)
@@ -358,15 +361,18 @@ class Scheduler:
         task.events.put(("accepted", {"prompt_tokens": len(task.prompt), "reused": task.n_reused,
                                       "queue_wait": task.queue_wait, "echo": echo}))
 
-    def _score(self, task: Task) -> None:
+    def _score(self, task: Task) -> Generator[None, None, None]:
         """Score each prompt's label logits at its last position, nothing sampled. The prompts
         are walked as a prefix tree: what they all begin with (the state) is prefilled once
         into the task's slot, and so is every longer beginning that enough of them share (a
         closing line and option lines, in the shared-first layout); the rest of each prompt
         goes through the engine as a branch of the beginning it shares, seeing that beginning
-        and itself only, as many branches per pass as the context holds."""
+        and itself only, as many branches per pass as a pass holds.
+
+        A generator that yields after each engine call: the engine thread runs one pass of it
+        between two decode steps of the other slots, and drops it when the task is cancelled
+        (rule s1.scoring.interleaved-cancellable)."""
         task.engine_started = time.monotonic()
-        t0 = time.perf_counter()
         scoring = task.scoring or []
         prompts = [p for p, _ in scoring]
         total = sum(len(p) for p in prompts)
@@ -374,16 +380,19 @@ class Scheduler:
         computed = 0
         shared = common_head(prompts) if len(prompts) > 1 else 0
         if shared:
-            computed = self._score_tree(task.assigned, prompts, list(range(len(prompts))), shared, logits)
+            computed = yield from self._score_tree(task.assigned, prompts, list(range(len(prompts))), shared, logits)
         else:
             for i, prompt in enumerate(prompts):
-                n_reused, row = self.engine.prefill(task.assigned, prompt)
+                n, row = yield from self._prefill_passes(task.assigned, prompt)
                 logits[i] = np.asarray(row).reshape(-1)
-                computed += len(prompt) - n_reused
+                computed += n
+                yield
         rows = [logits[i][label_ids] for i, (_, label_ids) in enumerate(scoring)]
         reused = total - computed
-        task.turn.prefill += time.perf_counter() - t0
         task.turn.prompt_tokens, task.turn.cached_tokens = total, reused
+        if task.cancelled:  # gone during the last pass: nothing to report
+            self._release(task, "cancelled")
+            return
         self._close_turn(task, "completed")
         task.events.put(("scored", {"rows": rows, "reused": reused, "prompt_tokens": total}))
         self._finish(task, "stop")
@@ -393,15 +402,40 @@ class Scheduler:
     # reads all the weights once more, which on SmolLM2-135M in float32 costs about as much as
     # computing ten tokens.
     SHARED_MIN_SAVING = 32
+    # Tokens one scoring pass computes at most (a single branch longer than this goes alone):
+    # the other slots' decode steps run between two passes, so this bounds how long a chat
+    # waits for its next token while a large /v1/systemone request is scored. At about ten
+    # tokens' worth of weight reading per pass, it costs a pass about 2% more than one pass
+    # holding the whole context would.
+    SCORE_PASS_TOKENS = 512
+
+    def _prefill_passes(self, slot: int, tokens: list[int]) -> Generator[None, None, tuple[int, Any]]:
+        """Bring the slot to hold `tokens`, computing at most SCORE_PASS_TOKENS per engine call
+        (what the slot already holds is reused); yields between calls. Returns the tokens
+        computed and the last position's logits."""
+        held = np.asarray(self.engine.slot_tokens(slot), np.intc)
+        want = np.asarray(tokens, np.intc)
+        n = min(len(want), len(held))
+        differ = np.flatnonzero(want[:n] != held[:n])
+        start = int(differ[0]) if differ.size else n
+        ends = list(range(start + self.SCORE_PASS_TOKENS, len(tokens), self.SCORE_PASS_TOKENS)) + [len(tokens)]
+        computed, row = 0, None
+        for k, end in enumerate(ends):
+            if k:
+                yield
+            n_reused, row = self.engine.prefill(slot, tokens[:end])
+            computed += end - n_reused
+        return computed, row
 
     def _score_tree(self, slot: int, prompts: list[list[int]], which: list[int], head: int,
-                    logits: dict[int, Any]) -> int:
+                    logits: dict[int, Any]) -> Generator[None, None, int]:
         """Score prompts[i] for i in `which`, which all begin with the same `head` tokens (each
         has at least one more): bring the slot to that beginning (reusing what it holds), score
         as branches the prompts that share nothing longer worth a pass, then recurse into each
-        group that does. Returns the tokens computed; the logits go to `logits[i]`."""
-        n_reused, _ = self.engine.prefill(slot, prompts[which[0]][:head])
-        computed = head - n_reused
+        group that does. Returns the tokens computed; the logits go to `logits[i]`. Yields
+        after each engine call."""
+        computed, _ = yield from self._prefill_passes(slot, prompts[which[0]][:head])
+        yield
         by_next: dict[int, list[int]] = {}
         for i in which:
             by_next.setdefault(prompts[i][head], []).append(i)
@@ -413,7 +447,7 @@ class Scheduler:
                 groups.append((part, deeper))
             else:
                 leaves.extend(part)
-        room = self.engine.n_ctx - head
+        room = min(self.engine.n_ctx - head, self.SCORE_PASS_TOKENS)
         batch: list[int] = []
         used = 0  # the batch's tail tokens
         for i in leaves + [-1]:
@@ -423,12 +457,33 @@ class Scheduler:
                 logits.update((j, np.asarray(r)) for j, r in zip(batch, rows, strict=True))
                 computed += used
                 batch, used = [], 0
+                yield
             if i >= 0:
                 batch.append(i)
                 used += size
         for part, deeper in groups:
-            computed += self._score_tree(slot, prompts, part, deeper, logits)
+            computed += yield from self._score_tree(slot, prompts, part, deeper, logits)
         return computed
+
+    def _score_passes(self) -> None:
+        """One engine call of each scoring task; a cancelled one is dropped and its slot freed."""
+        for entry in list(self.scoring):
+            task, passes = entry
+            t0 = time.perf_counter()
+            try:
+                if task.cancelled:
+                    passes.close()
+                    self.scoring.remove(entry)
+                    self._release(task, "cancelled")
+                    continue
+                next(passes)
+            except StopIteration:
+                self.scoring.remove(entry)
+            except Exception as exc:  # engine faults fail this request only
+                self.scoring.remove(entry)
+                self._fail(task, exc)
+            finally:
+                task.turn.prefill += time.perf_counter() - t0
 
     def _run(self) -> None:
         """The engine thread, supervised: should its loop itself break (a bug outside any one
@@ -441,9 +496,10 @@ class Scheduler:
             with self.lock:
                 self.failed = f"{type(exc).__name__}: {exc}"
                 self.closed = True
-                pending = list(self.to_prefill) + list(self.decoding)
+                pending = list(self.to_prefill) + list(self.decoding) + [t for t, _ in self.scoring]
                 self.to_prefill.clear()
                 self.decoding.clear()
+                self.scoring.clear()
                 self.lock.notify_all()
             for task in pending:
                 task.events.put(("error", error("engine_failed")))
@@ -455,9 +511,9 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self.lock:
-                while not self.to_prefill and not self.decoding and not self.closed:
+                while not self.to_prefill and not self.decoding and not self.scoring and not self.closed:
                     self.lock.wait()
-                if self.closed and not self.to_prefill and not self.decoding:
+                if self.closed and not self.to_prefill and not self.decoding and not self.scoring:
                     return
                 batch = list(self.to_prefill)
                 self.to_prefill.clear()
@@ -467,12 +523,13 @@ class Scheduler:
                         self._release(task, "cancelled")
                         continue
                     if task.scoring is not None:
-                        self._score(task)
+                        self.scoring.append((task, self._score(task)))
                         continue
                     self._prefill(task)
                     self.decoding.append(task)
                 except Exception as exc:  # engine faults fail this request only
                     self._fail(task, exc)
+            self._score_passes()
             if self.step_delay:
                 time.sleep(self.step_delay)
             self._step()

@@ -47,6 +47,7 @@ class Settings:
     profile_turns: int = 256  # finished turns GET /profile keeps (0: none, and no clock read for them)
     offered_tool_names: bool = True  # decode tool names and keys from the offered set (tools.decode.offered-names)
     systemone_prompt: str = "shared-first"  # /v1/systemone's prompt layout (systemone.PROMPT_LAYOUTS)
+    systemone_max_tokens: int = 65536  # prompt tokens one /v1/systemone request may score (0: no limit)
 
     def validator_settings(self) -> dict[str, Any]:
         return {"model_id": self.model_id, "kv_slots": self.kv_slots, "continue_assistant": self.continue_assistant}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import queue
 import string
 import time
 import uuid
@@ -46,6 +47,7 @@ from .scheduler import ClientGone, Task
 LETTERS = list(string.ascii_uppercase)
 NOUL_LABELS = [("Yes", "No"), ("yes", "no"), ("Y", "N")]
 NOUL_OPTIONS = ["true", "false"]
+CLIENT_POLL = 0.25  # seconds between two looks at the client's socket while its questions are scored
 
 
 @dataclass
@@ -186,13 +188,22 @@ def labels_for(svc: Any, q: Question) -> tuple[list[str], list[int]]:
 
 
 def scoring_prompts(svc: Any, state: Any, questions: list[Question]) -> list[tuple[list[int], list[int]]]:
-    """Each question's prompt tokens, in the server's layout, and its label token ids."""
-    scoring = []
+    """Each question's prompt tokens, in the server's layout, and its label token ids. A request
+    whose prompts together exceed the server's scoring budget is refused as soon as the sum
+    does (rule s1.scoring.bounded), before the rest are rendered."""
+    scoring: list[tuple[list[int], list[int]]] = []
+    total, limit = 0, svc.settings.systemone_max_tokens
     for q in questions:
         texts, ids = labels_for(svc, q)
         _, prompt = svc.render(ChatInput(messages=[{"role": "user", "content": prompt_text(
             state, q, texts, svc.settings.systemone_prompt)}]))
         svc.budget(prompt, 1, "state")  # a prompt with no room left is refused by name
+        total += len(prompt)
+        if limit and total > limit:
+            raise error("scoring_budget_exceeded",
+                        f"The questions' prompts take more than this server's budget of {limit} prompt tokens "
+                        f"per request ({total} after {len(scoring) + 1} of {len(questions)} questions); send "
+                        "fewer questions, shorter options or a shorter state.", param="questions")
         scoring.append((prompt, ids))
     return scoring
 
@@ -213,9 +224,9 @@ class SystemOneResource:
         except ClientGone:
             return
         try:
-            kind, got = task.events.get()
-            while kind not in ("scored", "error"):
-                kind, got = task.events.get()
+            kind, got = self._wait(task)
+            if kind == "gone":
+                return
             if kind == "error":
                 raise got if isinstance(got, Exception) else error("engine_failed")
             t0 = time.perf_counter()
@@ -229,3 +240,19 @@ class SystemOneResource:
         finally:
             self.svc.scheduler.profiles.add(task.turn)
         resp.content_type = "application/json"
+
+    @staticmethod
+    def _wait(task: Task) -> tuple[str, Any]:
+        """The task's outcome ("scored" or "error"), or ("gone", None) once the client has hung up:
+        then the task is cancelled, and the engine drops it before its next pass (rule
+        s1.scoring.interleaved-cancellable)."""
+        while True:
+            try:
+                kind, got = task.events.get(timeout=CLIENT_POLL)
+            except queue.Empty:
+                if task.client_gone is not None and task.client_gone():
+                    task.cancel()
+                    return "gone", None
+                continue
+            if kind in ("scored", "error"):
+                return kind, got
