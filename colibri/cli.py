@@ -1,4 +1,4 @@
-"""The `colibri` command: `colibri spec lint|docs|diff|openapi` and `colibri serve`."""
+"""The `colibri` command: `colibri spec lint|docs|diff|openapi`, `colibri serve` and `colibri export`."""
 from __future__ import annotations
 
 import argparse
@@ -102,6 +102,29 @@ def cmd_openapi(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import ExportError, export
+
+    try:
+        export(args.family, args.format, Path(args.out), gguf_type=args.type, say=print)
+    except ExportError as e:
+        print(f"colibri export: {e.code}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+EXPORT_HELP = """Write the embedded model (colibri/models/tiny) as files another engine loads, in one
+family's chat format. The weights are the same for every family; the family picks the chat
+template and the end tokens (spec/families.yaml).
+
+  hf    a transformers directory: config.json, model.safetensors, tokenizer.json,
+        tokenizer_config.json (the family's chat template, eos/pad tokens), generation_config.json
+        (the end tokens), README.md. Loads in transformers, vLLM and colibri serve --model OUT.
+  gguf  OUT/colibri-tiny-FAMILY-TYPE.gguf (llama architecture; tokenizer, template and end tokens
+        in the metadata) and README.md. Loads in llama.cpp (llama-server -m FILE --jinja),
+        llama-cpp-python and colibri serve --model FILE.
+
+Greedy answers are token for token those of the embedded model (with --type f32)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,6 +150,18 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--json", action="store_true", help="print the changes as JSON")
         if name == "openapi":
             sp.add_argument("--out", help="write to this file instead of stdout")
+    from .export import GGUF_TYPES, exportable_families
+
+    ex = sub.add_parser("export", help="write the embedded model as a transformers directory or a GGUF file",
+                        description=EXPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ex.add_argument("--family", required=True, metavar="{" + ",".join(exportable_families()) + "}",
+                    help="which family's chat template and end tokens the files carry (a row of spec/families.yaml "
+                         "whose template the embedded model ships)")
+    ex.add_argument("--format", required=True, metavar="{hf,gguf}", help="hf: transformers directory; gguf: one GGUF file")
+    ex.add_argument("--type", default="f32", metavar="{" + ",".join(GGUF_TYPES) + "}",
+                    help="GGUF tensor type (default f32: exactly the embedded weights; norms stay f32 either way)")
+    ex.add_argument("out", metavar="OUT", help="directory to write; created, and refused if it holds anything")
+    ex.set_defaults(func=cmd_export)
     sub.add_parser("serve", help="run the reference server (embedded model by default); see colibri serve --help",
                    add_help=False)
     return p

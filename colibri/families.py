@@ -8,16 +8,33 @@ cannot render. `--family` overrides the guess.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+
+def family_rows(spec_root: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The rows of families.yaml by id, read alone (loading the whole spec takes seconds; a
+    command that only needs this table should not wait for it)."""
+    import yaml
+
+    from .paths import data_dir
+
+    doc = yaml.safe_load(((spec_root or data_dir("spec")) / "families.yaml").read_text())
+    return {row["id"]: row for row in doc.get("families", [])}
 
 
 def detect_family(template: str | None, spec: Any) -> tuple[str, str]:
     """(family id, why) for a chat template's text."""
+    return detect_family_in_rows(template, {fid: fam.row for fid, fam in spec.families.items()})
+
+
+def detect_family_in_rows(template: str | None, rows: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """detect_family over families.yaml's rows (as family_rows returns them)."""
     if template is None:
         return "plain", "the model has no chat template of its own"
     best: tuple[int, str, list[str]] | None = None
-    for fid, fam in spec.families.items():
-        markers = list(fam.row.get("template_markers") or [])
+    for fid, row in rows.items():
+        markers = list(row.get("template_markers") or [])
         if markers and all(m in template for m in markers) and (best is None or len(markers) > best[0]):
             best = (len(markers), fid, markers)
     if best is None:

@@ -173,7 +173,9 @@ def read_gguf(path: Path) -> GgufModel:
         factors = next(t for t in reader.tensors if t.name == "rope_freqs.weight").data
         theta = cfg["rope_theta"]
         cfg["rope_inv_freq"] = [theta ** (-2.0 * i / head_dim) / float(f) for i, f in enumerate(factors)]
-    eos = {int(meta[k]) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in meta}
+    # llama.cpp ends generation on each of the three (end of text, of turn, of a tool-calling message)
+    eos = {int(meta[k]) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                  "tokenizer.ggml.eom_token_id") if k in meta}
     template = meta.get("tokenizer.chat_template")
     types = Counter(t.tensor_type.name for t in reader.tensors)
     unreadable = [f"{t} ({n} tensor{'s' if n > 1 else ''})" for t, n in types.most_common() if t not in READABLE_TYPES]
