@@ -207,7 +207,7 @@ class ResponsesResource:
         task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=None, prefer=prefer)
         gen = self.svc.generation(task, stops=[], ignore_leading=False, thinking=rendered.thinking,
                                   tools=rendered.tools_offered, client_gone=detector(req.env))
-        shell = self._shell(body)
+        shell = self._shell(body, max_new)
         fold = OutputItems()
         store = body.get("store") is not False
 
@@ -236,12 +236,15 @@ class ResponsesResource:
             resp.set_header(k, v)
         resp.stream = _guarded(gen, self._events(gen, shell, fold, finished))
 
-    def _shell(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The response object before any output: what the request set, echoed."""
+    def _shell(self, body: dict[str, Any], max_new: int) -> dict[str, Any]:
+        """The response object before any output: what the request set, echoed. A request
+        without max_output_tokens still has a cap (--max-tokens, or the room the context
+        leaves): the response names it (rule resp.max_output_tokens.effective), so an answer
+        cut there is not "incomplete" under a null limit."""
         reasoning = body.get("reasoning") or {}
         return {"id": _id("resp"), "object": "response", "created_at": now(),
                 "status": "in_progress", "background": False, "error": None, "incomplete_details": None,
-                "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+                "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens") or max_new,
                 "metadata": body.get("metadata") or {}, "model": self.svc.settings.model_id, "output": [],
                 "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
                 "previous_response_id": body.get("previous_response_id"),
