@@ -143,3 +143,19 @@ def test_serve_help_shows_every_default_and_both_commands_have_a_version(capsys)
             main(argv)
         assert stop.value.code == 0
         assert capsys.readouterr().out == f"colibri {__version__}\n"
+
+
+def test_running_a_test_file_from_a_clone_without_the_engine_says_how(scratch):
+    """Issue 50 item 14: after `pip install .`, `python -m pytest tests/x.py` in the clone
+    imported the source tree's colibri and died on "cannot import name '_engine'"."""
+    (scratch / "colibri").mkdir()
+    (scratch / "colibri" / "__init__.py").write_text("")
+    (scratch / "colibri" / "_engine.pyi").write_text("")  # the stub is in the source tree; the build is not
+    (scratch / "tests").mkdir()
+    shutil.copy(Path(__file__).with_name("conftest.py"), scratch / "tests")
+    (scratch / "tests" / "test_x.py").write_text("from colibri import _engine\n\ndef test_x():\n    pass\n")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_x.py"],
+                         capture_output=True, text=True, cwd=scratch, timeout=60)
+    assert res.returncode == 4, res.stdout + res.stderr
+    assert "python -m pip install -e '.[test]'" in res.stdout + res.stderr
+    assert "cannot import name" not in res.stdout + res.stderr and "Traceback" not in res.stdout + res.stderr
