@@ -132,20 +132,68 @@ def _numerics_detail(n: dict[str, Any]) -> str:
     return f"({n['tolerance']}; {counts}{logprobs}{template})"
 
 
-def headline(runs: list[Run], link: str = "", numerics: dict[str, dict[str, Any]] | None = None) -> list[str]:
-    """Per server: MUST rules passed, failed, unsupported, its three most consequential failures
-    and the differential verdict (`link` prefixes the page links: "docs/compat/" from the top of
-    the repository)."""
-    numerics = numerics or {}
+#: The embedded model's runs on each engine (bench/peers/tiny.py) are published in this
+#: subfolder of the matrix; their verdicts give the tools and reasoning columns.
+TOOLS_DIR = "tools"
+TINY = "-tiny-"
+
+
+def rule_area(rule_id: str) -> str | None:
+    """Whether a rule is about tool calls or about reasoning (the two columns), else None."""
+    if any(k in rule_id for k in ("reasoning", "thinking")):
+        return "reasoning"
+    if any(k in rule_id for k in ("tool", "function_call")):
+        return "tools"
+    return None
+
+
+def load_tool_verdicts(folder: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """{engine: {family: {"tools": counts, "reasoning": counts, "page": run name}}} from the
+    verdicts of the ENGINE-tiny-FAMILY runs in FOLDER/verdicts (the tools matrix)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for f in sorted((folder / "verdicts").glob(f"*{TINY}*.json")) if folder.is_dir() else []:
+        engine, family = f.stem.split(TINY, 1)
+        counts: dict[str, dict[str, int]] = {"tools": {}, "reasoning": {}}
+        for rid, outcome in json.loads(f.read_text())["rules"].items():
+            area = rule_area(rid)
+            if area and outcome in SHOWN:
+                counts[area][outcome] = counts[area].get(outcome, 0) + 1
+        out.setdefault(engine, {})[family] = {**counts, "page": f.stem}
+    return out
+
+
+_SHORT = {"PASS": "pass", "FAIL": "FAIL", "NON-STRICT": "non-strict", "UNSUPPORTED": "unsupp.", "INCONCLUSIVE": "inconcl.",
+          "ERROR": "ERROR"}
+
+
+def _area_cell(name: str, area: str, tools: dict[str, dict[str, dict[str, Any]]], link: str) -> str:
+    fams = tools.get(name)
+    if not fams:
+        return "—"
+    parts = []
+    for family, v in fams.items():
+        c = v[area]
+        text = " ".join(f"{c[o]} {_SHORT[o]}" for o in SHOWN if c.get(o)) or "none run"
+        parts.append(f"{family}: [{text}]({link}{TOOLS_DIR}/{v['page']}.md)")
+    return "<br>".join(parts)
+
+
+def headline(runs: list[Run], link: str = "", numerics: dict[str, dict[str, Any]] | None = None,
+             tools: dict[str, dict[str, dict[str, Any]]] | None = None) -> list[str]:
+    """Per server: MUST rules passed, failed, unsupported, its three most consequential failures,
+    the tool and reasoning rules on the embedded model per family, and the differential verdict
+    (`link` prefixes the page links: "docs/compat/" from the top of the repository)."""
+    numerics, tools = numerics or {}, tools or {}
     lines = ["| server | version | model | MUST pass | MUST fail | MUST unsupported | most consequential failures "
-             "| numerics (differential) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| tools (embedded model, per family) | reasoning (embedded model, per family) | numerics (differential) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         c = _must_counts(run)
         worst = ", ".join(f"[`{rid}`]({link}{run.name}.md#{rid.replace('.', '')})"
                           for rid in _headline_failures(run)) or "—"
         lines.append(f"| [{run.name}]({link}{run.name}.md) | {run.meta.get('version', '?')} | "
                      f"`{run.doc.get('model', '')}` | {c['PASS']} | {c['FAIL']} | {c['UNSUPPORTED']} | {worst} "
+                     f"| {_area_cell(run.name, 'tools', tools, link)} | {_area_cell(run.name, 'reasoning', tools, link)} "
                      f"| {_numerics_cell(run.name, numerics, link)} |")
     return lines
 
@@ -153,24 +201,28 @@ def headline(runs: list[Run], link: str = "", numerics: dict[str, dict[str, Any]
 README_START, README_END = "<!-- compat:start -->", "<!-- compat:end -->"
 
 
-def update_readme(path: Path, runs: list[Run], numerics: dict[str, dict[str, Any]] | None = None) -> bool:
+def update_readme(path: Path, runs: list[Run], numerics: dict[str, dict[str, Any]] | None = None,
+                  tools: dict[str, dict[str, dict[str, Any]]] | None = None) -> bool:
     """Replace the headline table between the markers of the project README; False without them."""
     text = path.read_text()
     if README_START not in text or README_END not in text:
         return False
     head, rest = text.split(README_START, 1)
     _, tail = rest.split(README_END, 1)
-    table = "\n".join(headline(runs, "docs/compat/", numerics))
+    table = "\n".join(headline(runs, "docs/compat/", numerics, tools))
     path.write_text(f"{head}{README_START}\n{table}\n{README_END}{tail}")
     return True
 
 
-def readme(runs: list[Run], spec: Any, numerics: dict[str, dict[str, Any]] | None = None) -> str:
+def readme(runs: list[Run], spec: Any, numerics: dict[str, dict[str, Any]] | None = None,
+           tools: dict[str, dict[str, dict[str, Any]]] | None = None) -> str:
+    if runs and all(r.meta.get("family") for r in runs):
+        return tools_readme(runs, spec)
     lines = ["# How servers compare", "",
              "Generated by `colibri-conform compat` from the peers harness (`tox -e peers`); do not edit by hand.",
              "Each server ran `colibri-conform --base-url … --model …` with the default profiles (the official",
              f"contracts: {', '.join(f'`{p}`' for p in REMOTE_DEFAULT)}), on 127.0.0.1 on the same machine.", "",
-             *headline(runs, numerics=numerics)]
+             *headline(runs, numerics=numerics, tools=tools)]
     extra = {k: v for k, v in (numerics or {}).items() if k not in {r.name for r in runs}}
     if numerics:
         lines += ["", "Numerics: `colibri-conform differential` against colibri on the float32 weights "
@@ -182,6 +234,12 @@ def readme(runs: list[Run], spec: Any, numerics: dict[str, dict[str, Any]] | Non
                   "the tool prompts run on the embedded model with its ChatML template (`*-tiny-chatml`)."]
         lines += [f"Also compared: [{k}](differential/{k}.md): {v['verdict']} {_numerics_detail(v)}."
                   for k, v in extra.items()]
+    if tools:
+        lines += ["", f"Tools and reasoning: the embedded model (which calls tools and reasons in the glm, chatml and "
+                  f"qwen-xml syntaxes) exported by `colibri export` and served by each engine with its own tool and "
+                  f"reasoning parsers (bench/peers/tiny.py); counts of the tool and reasoning rules per outcome, "
+                  f"each linked to its run. The matrix, the parsers and every FAIL with its curl: "
+                  f"[{TOOLS_DIR}/README.md]({TOOLS_DIR}/README.md)."]
     lines += ["", "The HTML matrix with every cell linked to its evidence: [html/index.html](html/index.html).",
               "Cells: pass, **FAIL** (a MUST broken), non-strict (a SHOULD missed), unsupported (refused cleanly",
               "or not served), inconclusive (the model did not do what a behaviour rule needs), · (not run: a",
@@ -198,6 +256,42 @@ def readme(runs: list[Run], spec: Any, numerics: dict[str, dict[str, Any]] | Non
                          + " | ".join(_cell(r.outcomes.get(rid)) for r in runs) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def tools_readme(runs: list[Run], spec: Any) -> str:
+    """The matrix of the embedded model's runs (bench/peers/tiny.py): per engine and family the
+    parsers it served with and its tool and reasoning verdicts, then rule by rule."""
+    lines = ["# Tool calling and reasoning, on each engine's own parsers", "",
+             "Generated by `colibri-conform compat` from the peers harness's embedded-model rows",
+             "(`python bench/peers/run.py --only vllm-tiny-glm ... --out reports/peers-tools`, then",
+             "`colibri-conform compat reports/peers-tools --out docs/compat/tools`); do not edit by hand.",
+             "Each engine serves the files `colibri export --family F --format hf|gguf` writes, started with",
+             "the flags below, and ran `colibri-conform` on the tool, tool_choice and reasoning rules",
+             "(`--profile openai anthropic responses tools reasoning --strict`): judged by the official contracts.",
+             "Reviewed explanations of every FAIL, with a curl, are on each run's page.", "",
+             "| run | engine version | family | parsers | server command | tools | reasoning |", "|---|---|---|---|---|---|---|"]
+    tools = {}
+    for run in runs:
+        counts: dict[str, dict[str, int]] = {"tools": {}, "reasoning": {}}
+        for r in run.doc["rules"]:
+            area = rule_area(r["id"])
+            if area and r["outcome"] in SHOWN:
+                counts[area][r["outcome"]] = counts[area].get(r["outcome"], 0) + 1
+        tools[run.name] = counts
+        m = run.meta
+        fmt = {a: " ".join(f"{c} {_SHORT[o]}" for o, c in sorted(counts[a].items(), key=lambda x: SHOWN.index(x[0])))
+               for a in counts}
+        detected = f"; chat format detected: {m['chat_format']}" if m.get("chat_format") else ""
+        lines.append(f"| [{run.name}]({run.name}.md) | {m.get('version', '?')} | {m.get('family')} | "
+                     f"{m.get('parsers', '')}{detected} | `{m.get('argv', '')}` | {fmt['tools'] or '—'} | "
+                     f"{fmt['reasoning'] or '—'} |")
+    lines += ["", "Cells: pass, **FAIL**, unsupported (refused cleanly, or an endpoint not served), inconclusive (the",
+              "model did not call or reason where the rule needs it), · (not run).", ""]
+    ids = [r.id for r in spec.rules if any(run.outcomes.get(r.id) in SHOWN for run in runs)]
+    lines += ["| rule | level | " + " | ".join(r.name for r in runs) + " |", "|---|---|" + "---|" * len(runs)]
+    for rid in ids:
+        lines.append(f"| `{rid}` | {spec.by_id[rid].level} | " + " | ".join(_cell(r.outcomes.get(rid)) for r in runs) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def server_page(run: Run, explanations: dict[str, str]) -> tuple[str, list[str]]:
@@ -283,7 +377,8 @@ def write_compat(runs: list[Run], out: Path, explanations: dict[str, dict[str, s
         verdicts = {"server": run.name, "version": run.meta.get("version"), "model": run.doc.get("model"),
                     "rules": {r["id"]: r["outcome"] for r in run.doc["rules"]}}
         (out / "verdicts" / f"{run.name}.json").write_text(json.dumps(verdicts, indent=1, sort_keys=True) + "\n")
-    (out / "README.md").write_text(readme(runs, spec, load_numerics(out / "differential")))
+    (out / "README.md").write_text(readme(runs, spec, load_numerics(out / "differential"),
+                                          load_tool_verdicts(out / TOOLS_DIR)))
     (out / "html" / "index.html").write_text(matrix_html(runs, spec, load_numerics(out / "differential")))
     return missing
 
@@ -332,7 +427,8 @@ def main(argv: list[str]) -> int:
     if not a.out:
         p.error("give --out or --check")
     missing = write_compat(runs, a.out, load_explanations(a.explanations or a.out / "explanations"), load_spec())
-    if a.readme and not update_readme(a.readme, runs, load_numerics(a.out / "differential")):
+    if a.readme and not update_readme(a.readme, runs, load_numerics(a.out / "differential"),
+                                      load_tool_verdicts(a.out / TOOLS_DIR)):
         print(f"colibri-conform compat: {a.readme} has no {README_START} ... {README_END} markers", file=sys.stderr)
     for m in missing:
         print(f"not reviewed: {m}", file=sys.stderr)

@@ -81,3 +81,32 @@ def test_the_chat_format_llama_server_detected_is_read_from_its_log(harness, tmp
     log.write_text("nothing detected\n")
     assert tiny.chat_format(log) is None
     assert tiny.chat_format(tmp_path / "missing.log") is None
+
+
+def test_the_matrix_gains_a_tools_and_a_reasoning_column_per_engine_and_family(tmp_path):
+    import json
+
+    from colibri.spec import load_spec
+    from conformance.compat import Run, headline, load_tool_verdicts, readme
+
+    verdicts = tmp_path / "tools" / "verdicts"
+    verdicts.mkdir(parents=True)
+    for fam, tool_call in (("glm", "PASS"), ("qwen-xml", "INCONCLUSIVE")):
+        (verdicts / f"vllm-tiny-{fam}.json").write_text(json.dumps({"rules": {
+            "chat.tool_calls.shape": tool_call, "tool_choice.required.calls": "PASS",
+            "reasoning.not-in-content": "FAIL", "body.json.invalid": "FAIL", "chat.reasoning.field": "SKIPPED"}}))
+    tools = load_tool_verdicts(tmp_path / "tools")
+    assert tools["vllm"]["glm"]["tools"] == {"PASS": 2} and tools["vllm"]["glm"]["reasoning"] == {"FAIL": 1}
+    runs = [Run("vllm", {"rules": [], "model": "smollm2"}, {"version": "0.32.0"}),
+            Run("mockllm", {"rules": [], "model": "gpt"}, {"version": "0.0.8"})]
+    table = headline(runs, "docs/compat/", {}, tools)
+    assert "| tools (embedded model, per family) | reasoning (embedded model, per family) |" in table[0]
+    assert "glm: [2 pass](docs/compat/tools/vllm-tiny-glm.md)<br>qwen-xml: [1 pass 1 inconcl.]" in table[2]
+    assert "glm: [1 FAIL](docs/compat/tools/vllm-tiny-glm.md)" in table[2]
+    assert "| — | — |" in table[3]  # an engine without the embedded model's runs
+    # the tools folder's own page: engines, families, the parsers they served with
+    tiny = [Run("vllm-tiny-glm", {"rules": [{"id": "chat.tool_calls.shape", "outcome": "PASS"}], "model": "m"},
+                {"version": "0.32.0", "family": "glm", "parsers": "--tool-call-parser glm45", "argv": "vllm serve D"})]
+    page = readme(tiny, load_spec())
+    assert "| [vllm-tiny-glm](vllm-tiny-glm.md) | 0.32.0 | glm | --tool-call-parser glm45 | `vllm serve D` | 1 pass | — |" in page
+    assert "| `chat.tool_calls.shape` | MUST | pass |" in page
