@@ -393,3 +393,48 @@ def test_dashboard_spec_page_tries_a_vector_against_another_local_server(tmp_pat
     assert verdicts[1].startswith("FAIL: status 401"), verdicts  # its key is its own
     assert verdicts[2].startswith("INCONCLUSIVE: another origin's headers Content-Security-Policy"), verdicts
     assert s["errors"] == []
+
+
+def test_the_chat_page_says_what_temperature_it_sends_and_the_api_default():
+    """Issue 50 item 6: the page sends 0 while a request without temperature gets 1; the page
+    says both, and the default it names is the one the server applies (read back from the
+    Responses object, which echoes the temperature used)."""
+    import re
+    from html.parser import HTMLParser
+
+    import falcon.testing
+
+    from colibri.paths import data_dir
+    from colibri.server.app import create_app
+    from colibri.server.service import Service, Settings
+
+    class Fields(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attrs: dict[str, dict[str, str | None]] = {}
+            self.text: dict[str, str] = {}
+            self._in: str | None = None
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if a.get("id"):
+                self.attrs[str(a["id"])] = a
+                self._in = str(a["id"])
+
+        def handle_data(self, data):
+            if self._in:
+                self.text[self._in] = self.text.get(self._in, "") + data
+
+        def handle_endtag(self, tag):
+            self._in = None
+
+    page = Fields()
+    page.feed((data_dir("web") / "index.html").read_text())
+    sent = float(page.attrs["temperature"]["value"] or "nan")
+    note = page.text["temperature-note"]
+    default = float(re.fullmatch(r"\(sent; the API's default is ([0-9.]+)\)", note).group(1))
+    client = falcon.testing.TestClient(create_app(Service(Settings(kv_slots=1))))
+    r = client.simulate_post("/v1/responses", json={"model": "colibri-tiny", "input": "Repeat exactly: hi",
+                                                    "max_output_tokens": 4}, headers={"Host": "127.0.0.1"})
+    assert r.status_code == 200 and r.json["temperature"] == default == 1
+    assert sent == 0
