@@ -3,6 +3,7 @@ items-to-messages translation chaining depends on."""
 from __future__ import annotations
 
 import json
+import threading
 
 import falcon.testing
 
@@ -24,7 +25,9 @@ def test_resp_store_bounded_by_count_oldest_first():
 
 
 def test_resp_store_bounded_by_bytes_and_accounts_deletes():
-    one = len(json.dumps({"response": _resp("resp_a", "y" * 1000), "context": [], "tokens": []}).encode())
+    probe = ResponseStore(max_count=100, max_bytes=1 << 30)
+    probe.put(_resp("resp_a", "y" * 1000), [])
+    one = probe.bytes
     store = ResponseStore(max_count=100, max_bytes=int(one * 2.5))
     for rid in ("resp_a", "resp_b", "resp_c"):
         store.put(_resp(rid, "y" * 1000), [])
@@ -33,6 +36,73 @@ def test_resp_store_bounded_by_bytes_and_accounts_deletes():
     # One response larger than the whole limit is kept until the next arrives (it was just served).
     store.put(_resp("resp_big", "z" * one * 3), [])
     assert store.get("resp_big") is not None and len(store) == 1
+
+
+def test_resp_store_bounded_counts_the_memory_really_held():
+    """Many small keys take a few bytes each as JSON and far more as Python objects: the byte
+    limit must bound what the process holds, not the JSON it came from."""
+    import tracemalloc
+
+    metadata = {f"k{i}": str(i) for i in range(2000)}
+    context = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"t{i}"}
+                                                                for i in range(500)]}]
+    store = ResponseStore(max_count=1000, max_bytes=1 << 30)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(20):
+            # as a request brings them: fresh objects, parsed from its body
+            resp = dict(_resp(f"resp_{n:04d}"), metadata=json.loads(json.dumps(metadata)))
+            store.put(resp, json.loads(json.dumps(context)), list(range(300)))
+            del resp
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= 1.25 * store.bytes, (held, store.bytes)
+    got = store.get("resp_0007")
+    assert got is not None and got.response["metadata"] == metadata and got.context == context
+    assert got.tokens == list(range(300))
+
+
+def test_resp_store_bounded_no_file_outlives_its_entry(tmp_path):
+    """A put whose file is still being written when a later put evicts it leaves no file behind."""
+    writing, evicted = threading.Event(), threading.Event()
+
+    class SlowWrite(ResponseStore):
+        def _write(self, rid, text):
+            if rid == "resp_first":
+                writing.set()
+                evicted.wait(10)
+            super()._write(rid, text)
+
+    store = SlowWrite(max_count=1, max_bytes=1 << 20, directory=tmp_path)
+    first = threading.Thread(target=store.put, args=(_resp("resp_first"), []))
+    first.start()
+    assert writing.wait(10)
+    store.put(_resp("resp_second"), [])  # evicts resp_first, whose file does not exist yet
+    evicted.set()
+    first.join()
+    assert len(store) == 1 and store.get("resp_first") is None
+    assert sorted(p.name for p in (tmp_path / "responses").iterdir()) == ["resp_second.json"]
+
+
+def test_resp_store_bounded_malformed_files_are_skipped_at_start(tmp_path, caplog):
+    folder = tmp_path / "responses"
+    ResponseStore(10, 1 << 20, tmp_path).put(_resp("resp_good", created=3), [])
+    (folder / "resp_when.json").write_text(json.dumps({"response": _resp("resp_when", created="yesterday"),
+                                                       "context": []}))
+    (folder / "resp_deep.json").write_text('{"response": {"id": "resp_deep", "x": ' + "[" * 200000 + "]" * 200000
+                                           + '}, "context": []}')
+    (folder / "resp_dir.json").mkdir()
+    (folder / "resp_huge.json").write_text(json.dumps({"response": _resp("resp_huge", "h" * 5000), "context": []}))
+    (folder / "resp_tok.json").write_text(json.dumps({"response": _resp("resp_tok"), "context": [], "tokens": [2**40]}))
+    with caplog.at_level("WARNING", logger="colibri.server"):
+        again = ResponseStore(10, 2048, tmp_path)
+    assert list(again._items) == ["resp_good"]
+    for name in ("resp_when", "resp_deep", "resp_dir", "resp_huge", "resp_tok"):
+        assert any(f"discarding {name}.json" in r.getMessage() for r in caplog.records), name
+    # Files go; a directory is not ours to delete.
+    assert sorted(p.name for p in folder.iterdir()) == ["resp_dir.json", "resp_good.json"]
 
 
 def test_store_persists_under_kv_dir_and_discards_torn_files(tmp_path):
