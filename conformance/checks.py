@@ -35,6 +35,22 @@ class Unsupported(NotApplicable):
     """The target does not serve what the rule is about (no /metrics, say): UNSUPPORTED."""
 
 
+#: Openings of a tool call in the native syntaxes (json-tags and glm-xml, qwen-xml): text that
+#: holds one was a call the model wrote.
+CALL_MARKUP = ("<tool_call>", "<function=")
+
+
+def no_call(content: str) -> NotApplicable:
+    """Why a tool-call rule has no call to judge: the model wrote none (INCONCLUSIVE), or it wrote
+    one that the server handed back as text because no tool-call parser read it (UNSUPPORTED:
+    the server does not parse this model's calls, e.g. transformers serve without a
+    response_template for the model's type)."""
+    if any(m in content for m in CALL_MARKUP):
+        return Unsupported(f"the model wrote a tool call and the server returned it as text, unparsed: "
+                           f"{content[:100]!r}")
+    return NotApplicable("the model made no tool call")
+
+
 @dataclass
 class Answer:
     content: str = ""
@@ -373,13 +389,13 @@ def tool_call_delta_index(ctx: CheckContext) -> None:
                     if not (tc.get("id") and tc.get("type") == "function" and (tc.get("function") or {}).get("name")):
                         raise CheckFailure("tool_call_delta_index", "id, type and name in the first fragment", tc)
     if not seen:
-        raise NotApplicable("the model made no tool call")
+        raise no_call(answer(ctx.exchange, ctx.endpoint).content)
 
 
 def arguments_json_string(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
     if not a.tool_calls:
-        raise NotApplicable("the model made no tool call")
+        raise no_call(a.content)
     for raw in a.raw_arguments:
         if not isinstance(raw, str) or not isinstance(_args(raw), dict):
             raise CheckFailure("arguments_json_string", "a JSON object encoded as a string", raw)
@@ -730,7 +746,7 @@ def tool_markup_offered(ctx: CheckContext) -> None:
 def tool_names_declared(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
     if not a.tool_calls:
-        raise NotApplicable("the model made no tool call")
+        raise no_call(a.content)
     declared = set(tool_names((ctx.body or {}).get("tools")))
 
     def norm(n: str) -> str:
@@ -976,8 +992,9 @@ def _readable_answer(ctx: CheckContext) -> Answer:
 
 def tool_call_made(ctx: CheckContext) -> None:
     """Precondition of the tool-call rules: the model called a tool (else INCONCLUSIVE)."""
-    if not _readable_answer(ctx).tool_calls:
-        raise NotApplicable("the model made no tool call")
+    a = _readable_answer(ctx)
+    if not a.tool_calls:
+        raise no_call(a.content)
 
 
 def reasoning_made(ctx: CheckContext) -> None:

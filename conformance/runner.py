@@ -13,7 +13,7 @@ from typing import Any
 from colibri.spec.model import Vector, deep_merge
 from colibri.spec.vectors import DEFAULT_SETTINGS, LONG_PROMPT_PLACEHOLDER, MODEL, expand_model, request_for
 
-from .checks import LIVE_ONLY, CheckContext, CheckFailure, NotApplicable, counters, evaluate, invariants
+from .checks import LIVE_ONLY, CheckContext, CheckFailure, NotApplicable, Unsupported, counters, evaluate, invariants
 from .exchange import BodyNotJson, Exchange, TransportError
 
 #: Placeholders vectors use for inputs too large to write in YAML.
@@ -173,6 +173,8 @@ def _judge(rule: Any, ctx: CheckContext) -> Result:
     ex = ctx.exchange
     try:
         evaluate(ctx)
+    except Unsupported as e:  # the target does not serve what the check needs (a parser, /metrics)
+        return Result("UNSUPPORTED", ex, reason=str(e))
     except NotApplicable as e:
         return Result("INCONCLUSIVE" if rule.kind == "behaviour" else "SKIPPED", ex, reason=str(e))
     except CheckFailure as f:

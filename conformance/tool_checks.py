@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .checks import CheckContext, CheckFailure, NotApplicable, _stream, answer
+from .checks import CheckContext, CheckFailure, NotApplicable, _stream, answer, no_call
 
 
 def answer_not_only_in_reasoning(ctx: CheckContext) -> None:
@@ -73,7 +73,7 @@ def tool_call_delta_pieces(ctx: CheckContext) -> None:
                     c["names"].append(fn["name"])
                 c["args"] += fn.get("arguments") or ""
     if not calls:
-        raise NotApplicable("the model made no tool call")
+        raise no_call(answer(ctx.exchange, ctx.endpoint).content)
     for idx, c in sorted(calls.items()):
         if len(set(c["ids"])) != 1:
             raise CheckFailure("tool_call_delta_pieces", f"one id for the call at index {idx}", c["ids"])

@@ -101,3 +101,27 @@ def test_stream_argument_pieces_must_add_up_to_the_unary_call():
     other = msg(None, None, [("get_weather", '{"city": "Rome"}')], finish="tool_calls")
     with pytest.raises(CheckFailure, match="unary"):
         tool_call_delta_pieces(ctx(good, {"stream": True}, sse=True, resend=other))
+
+
+def test_a_call_returned_as_text_is_unsupported_not_inconclusive():
+    # transformers serve 5.24 on a llama-type model without a response_template parses nothing:
+    # the model's call comes back as content. The server does not parse this model's calls.
+    from conformance.checks import Unsupported, arguments_json_string, tool_call_made
+    from conformance.runner import _judge
+
+    text = msg('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Drassa"}}\n</tool_call>')
+    for check in (tool_call_made, arguments_json_string):
+        with pytest.raises(Unsupported, match="returned it as text"):
+            check(ctx(text))
+    with pytest.raises(NotApplicable) as prose:  # no call written at all: the model's choice
+        tool_call_made(ctx(msg("It is sunny in Drassa.")))
+    assert not isinstance(prose.value, Unsupported)
+    rule = SPEC.by_id["chat.tool_calls.shape"]
+
+    def judged(doc):
+        return _judge(rule, CheckContext(SPEC, rule.vectors[0], _ex(doc), rule.vectors[0].request, None,
+                                         strict=False)).outcome
+
+    assert judged(text) == "UNSUPPORTED"
+    assert judged(msg("It is sunny in Drassa.")) == "INCONCLUSIVE"
+    assert judged(msg(None, None, [("get_weather", '{"city": "Drassa"}')], finish="tool_calls")) == "PASS"
