@@ -26,7 +26,8 @@ from live_server import live_server  # noqa: E402
 #: page -> (address under the server, what says it can be filled, the script that fills it,
 #: what says it is filled)
 PAGES = {
-    "chat": ("/?q=Repeat%20exactly%3A%20hello%20world", "true", "",
+    "chat": ("/?q=Repeat%20exactly%3A%20hello%20world", "document.getElementById('prompt').value !== ''",
+             "document.querySelector('#ask button[type=submit]').click()",
              "document.querySelectorAll('.msg.assistant').length > 0"),
     "systemone": ("/ui/#systemone", "true", "document.querySelector('#s1-form button[type=submit]').click()",
                   "document.querySelectorAll('.s1-answer').length > 0"),

@@ -24,6 +24,8 @@ def test_dashboard_answers_its_question_and_shows_the_scheduler(tmp_path):
         page = Page(str(tmp_path))
         try:
             page.call("Page.navigate", url=f"{base}/?q={urllib.parse.quote('Repeat exactly: hello world')}")
+            filled = _filled_not_sent(page, base, "Repeat exactly: hello world")
+            page.call("Runtime.evaluate", expression="document.querySelector('#ask button[type=submit]').click()")
             deadline = time.monotonic() + 60
             while True:  # until the reply is finished and a later /health refresh counted it
                 state = page.value(STATE)
@@ -43,12 +45,31 @@ def test_dashboard_answers_its_question_and_shows_the_scheduler(tmp_path):
             headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=60) as r:
             direct = json.loads(r.read())
+    assert filled == {"prompt": "Repeat exactly: hello world", "messages": 0, "note": True}
     assert direct["choices"][0]["message"]["content"] == "hello world"
     assert state["messages"] == [["user", "Repeat exactly: hello world"], ["assistant", "hello world"]]
     assert panel["active / capacity"] == "0 / 4"
     assert panel["completed"] == "1"
     assert panel["finish reason"] == "stop"
     assert panel["completion tokens"] == str(direct["usage"]["completion_tokens"])
+
+
+def _filled_not_sent(page, base, question, headers=None):
+    """A /?q= link fills the question in and sends nothing until the user presses Send: the page
+    holds it, shows no message, and the server has admitted no request for a while."""
+    deadline = time.monotonic() + 30
+    while True:
+        state = page.value("""JSON.stringify({prompt: document.getElementById('prompt').value,
+            messages: document.querySelectorAll('.msg').length, note: !document.getElementById('prompt-note').hidden})""")
+        if state and state["prompt"] == question or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    time.sleep(1.0)  # time enough for a page that sends at once to have sent
+    req = urllib.request.Request(f"{base}/health", headers=headers or {})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert json.loads(r.read())["scheduler"]["admitted"] == 0
+    assert page.value("JSON.stringify(document.querySelectorAll('.msg').length)") == 0
+    return state
 
 
 S1_STATE = """JSON.stringify({
@@ -114,6 +135,8 @@ def test_dashboard_chat_shows_a_refusal_in_place_of_the_answer(tmp_path):
         page = Page(str(tmp_path))
         try:
             page.call("Page.navigate", url=f"{base}/?q=hello")
+            _filled_not_sent(page, base, "hello", {"Authorization": "Bearer k-dash"})
+            page.call("Runtime.evaluate", expression="document.querySelector('#ask button[type=submit]').click()")
             deadline = time.monotonic() + 30
             while True:
                 state = page.value("""JSON.stringify({
@@ -438,3 +461,33 @@ def test_the_chat_page_says_what_temperature_it_sends_and_the_api_default():
                                                     "max_output_tokens": 4}, headers={"Host": "127.0.0.1"})
     assert r.status_code == 200 and r.json["temperature"] == default == 1
     assert sent == 0
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
+def test_dashboard_system_one_curl_expands_the_key_variable(tmp_path):
+    """The System One page's curl names the key as $COLIBRI_API_KEY inside double quotes, so a
+    shell expands it: run as shown, with the variable set, it gets the page's answer."""
+    import shutil
+    import subprocess
+
+    with live_server("--api-key", "k-s1") as base:
+        page = Page(str(tmp_path))
+        try:
+            page.call("Page.navigate", url=f"{base}/ui/#systemone")
+            deadline = time.monotonic() + 60
+            while page.value(S1_STATE) is None or not page.value(S1_STATE)["loaded"]:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            page.call("Runtime.evaluate", expression="""document.getElementById('key').value = 'k-s1';
+                document.querySelector('#s1-form button[type=submit]').click()""")
+            while not (state := page.value(S1_STATE))["answers"]:
+                assert time.monotonic() < deadline, state
+                time.sleep(0.2)
+        finally:
+            page.close()
+        assert '-H "Authorization: Bearer $COLIBRI_API_KEY"' in state["curl"] and "k-s1" not in state["curl"]
+        if shutil.which("curl"):
+            out = subprocess.run(["bash", "-c", state["curl"] + " -s -o /dev/null -w '%{http_code}'"],
+                                 env={"PATH": "/usr/bin:/bin", "COLIBRI_API_KEY": "k-s1"},
+                                 capture_output=True, text=True, timeout=60)
+            assert out.stdout == "200", out

@@ -248,3 +248,18 @@ def test_sigterm_releases_waiters_with_503_and_exits():
         assert status == 503 and json.loads(body)["error"]["code"] == "scheduler_closed"
         conn.close()
         assert procs[0].wait(timeout=35) is not None
+
+
+def test_ops_auth_required_a_non_ascii_key_matches_the_bytes_clients_send():
+    key = "clé-ключ"
+    with live_server("--api-key", key) as base:
+        host, port = base.split("//")[1].split(":")
+        for header in (b"Authorization: Bearer ", b"x-api-key: "):
+            for sent, status in ((key, b" 200 "), ("cle-kljuch", b" 401 ")):
+                with socket.create_connection((host, int(port)), timeout=30) as s:
+                    s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+                              + header + sent.encode() + b"\r\n\r\n")
+                    reply = b""
+                    while chunk := s.recv(65536):
+                        reply += chunk
+                assert status in reply.split(b"\r\n", 1)[0] + b" ", (header, sent, reply[:200])

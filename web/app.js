@@ -238,7 +238,14 @@ async function init() {
   } catch (e) { /* refresh() reports an unreachable server */ }
   await refresh();
   setInterval(refresh, 2000);
-  const q = new URLSearchParams(location.search).get("q");  // /?q=… asks at once: a shareable question
-  if (q) await send(q);
+  // /?q=… fills the question in, and the user sends it: any page may link here, and a link
+  // must not make this browser send a chat (with the API key it holds) on its own.
+  const q = new URLSearchParams(location.search).get("q");
+  if (q) {
+    const prompt = $("prompt");
+    prompt.value = q;
+    prompt.focus();
+    $("prompt-note").hidden = false;
+  }
 }
 init();

@@ -137,7 +137,8 @@ async function errorText(resp) {
 function curl(body, key) {
   const quote = (s) => `'${s.replaceAll("'", "'\\''")}'`;
   return [`curl ${location.origin}/v1/systemone`, "-H 'Content-Type: application/json'",
-    ...(key ? ["-H 'Authorization: Bearer $COLIBRI_API_KEY'"] : []), `-d ${quote(JSON.stringify(body))}`].join(" \\\n  ");
+    // double quotes, so that the shell expands the variable (the key itself is never shown)
+    ...(key ? ['-H "Authorization: Bearer $COLIBRI_API_KEY"'] : []), `-d ${quote(JSON.stringify(body))}`].join(" \\\n  ");
 }
 
 async function decide(ev) {

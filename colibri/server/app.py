@@ -2,9 +2,12 @@
 error handlers that turn every failure into the right envelope."""
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import json
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -32,6 +35,15 @@ def _host_name(host: str) -> str:
     if host.startswith("["):
         return host[1:host.find("]")] if "]" in host else host
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _header_bytes(value: str) -> bytes:
+    """A header value as the bytes the client sent: WSGI servers hand headers over decoded as
+    ISO-8859-1 (PEP 3333), so a UTF-8 key arrives as one character per byte."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:  # not from a WSGI server (a test client passing text as it is)
+        return value.encode("utf-8", "surrogateescape")
 
 
 class RequestId:
@@ -70,6 +82,10 @@ class DashboardHeaders:
     def process_response(self, req: Any, resp: Any, resource: Any, ok: bool) -> None:
         if req.path == "/" or req.path == "/ui" or req.path.startswith("/ui/"):
             resp.set_header("Content-Security-Policy", DASHBOARD_CSP)
+            resp.set_header("X-Content-Type-Options", "nosniff")
+        elif req.path in ("/spec", "/spec.json"):
+            if resp.get_header("Content-Security-Policy") is None:  # the page names its stylesheet's hash
+                resp.set_header("Content-Security-Policy", SpecPage.csp)
             resp.set_header("X-Content-Type-Options", "nosniff")
 
 
@@ -128,13 +144,16 @@ class Auth:
 
     def __init__(self, settings: Settings):
         self.key = settings.api_key
+        # A key given on the command line or in COLI_API_KEY is compared as the bytes a client
+        # sends for it (UTF-8; surrogateescape keeps an environment's undecodable bytes as they were).
+        self.key_bytes = (self.key or "").encode("utf-8", "surrogateescape")
 
     def authorised(self, req: Any) -> bool:
         if not self.key:
             return True
         bearer = req.get_header("Authorization") or ""
         given = bearer[7:] if bearer.startswith("Bearer ") else (req.get_header("x-api-key") or "")
-        return hmac.compare_digest(given.encode(), self.key.encode())
+        return hmac.compare_digest(_header_bytes(given), self.key_bytes)
 
     def process_request(self, req: Any, resp: Any) -> None:
         req.context.authed = self.authorised(req)
@@ -264,7 +283,12 @@ class Home:
 
 
 class SpecPage:
-    """The rendered spec, built on first request from the spec the server runs on."""
+    """The rendered spec, built on first request from the spec the server runs on.
+
+    Its Content-Security-Policy (rule ops.dashboard.csp) allows nothing but the page's one
+    inline stylesheet, named by its hash: no script, no framing, no form, no <base>."""
+
+    csp = "default-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'"
 
     def __init__(self, svc: Service):
         self.svc = svc
@@ -277,6 +301,13 @@ class SpecPage:
             self.page = render_html(self.svc.spec).encode()
         resp.data = self.page
         resp.content_type = "text/html; charset=utf-8"
+        resp.set_header("Content-Security-Policy", self._csp(self.page))
+
+    @classmethod
+    def _csp(cls, page: bytes) -> str:
+        styles = re.findall(rb"<style>(.*?)</style>", page, re.S)
+        hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(css).digest()).decode()}'" for css in styles)
+        return f"{cls.csp}; style-src {hashes}" if hashes else cls.csp
 
 
 class SpecJson:
