@@ -234,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
             self.cfg.set("graceful_timeout", 30)
             self.cfg.set("keepalive", int(args.idle_timeout))  # rule ops.keepalive.idle
             self.cfg.set("limit_request_line", 8190)
+            # No control socket: gunicorn's default path is one per user, so a second server
+            # would replace (and on exit delete) the first one's, and its `worker add` would
+            # start another model worker on the same --kv-dir (rule ops.control-socket.none).
+            if "control_socket_disable" in self.cfg.settings:  # gunicorn 25 and later have one
+                self.cfg.set("control_socket_disable", True)
             self.cfg.set("post_worker_init", self._post_worker_init)
             self.cfg.set("worker_exit", self._worker_exit)
 

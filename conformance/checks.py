@@ -1036,7 +1036,9 @@ PRECONDITIONS = ("tool_call_made", "reasoning_made")
 LIVE_ONLY = frozenset({"bound_to_loopback", "disconnect_cancels", "slow_client_dropped",
                        "prefix_reused_after_restart", "tool_parser_vectors", "full_pool_refused_at_once",
                        "connection_cap_refused", "idle_connection_kept", "differential_agreement",
-                       "template_refusal_named"})
+                       "template_refusal_named", "loop_not_stalled", "chunked_body_bounded",
+                       "request_buffer_bounded", "connection_cap_at_accept", "refused_without_drain",
+                       "parser_errors_enveloped"})
 
 
 def _live_only(name: str) -> Callable[[CheckContext], None]:

@@ -1,34 +1,49 @@
 """gunicorn's gthread worker, changed so that an HTTP thread is only ever given a request
-that has fully arrived, and only while one is free.
+that has fully arrived, only while one is free, and so that no one connection can stall the
+event loop or hold memory or threads beyond fixed bounds.
 
 Stock gthread hands a connection to its thread pool as soon as it is readable. A client
 that trickles its request a byte at a time then holds a thread for as long as it likes,
 and requests beyond the pool wait in the executor's unbounded queue, where no 429, queue
 timeout or disconnect check reaches them. Here instead:
 
-- The event loop reads each request (headers and, when its length is known, body) without
-  blocking; a thread gets the connection once the request is complete. Reading has one
-  deadline per request, headers and body together (`--read-deadline`); past it the client
-  gets 408 `request_timeout` and the connection is closed (rule ops.read-deadline).
+- The event loop reads each request, headers and body, without blocking (framing.py); a
+  thread gets the connection once the request is complete. Every body framing passes the
+  4 MiB limit there: a chunked body is decoded as it arrives and refused with 413 the moment
+  it passes the limit (rule ops.body.every-framing). Reading has one deadline per request,
+  headers and body together (`--read-deadline`); past it the client gets 408
+  `request_timeout` and the connection is closed (rule ops.read-deadline). `Expect:
+  100-continue` is answered from the loop, which then reads the body like any other.
+- The bytes of unfinished requests are bounded: 16 MiB per client address and 64 MiB in
+  all; the connection that would pass a bound gets 429 `request_buffer_full`
+  (rule ops.buffer.bounded).
 - A complete request finding every thread busy gets the first thread back within
   HANDOFF_WAIT (100 ms: a thread's answer reaches its client just before the thread is free
   again), else it is answered from the event loop with 429 `queue_full`: the threads are
   sized from the KV slots plus the admission queue plus a few spare, so a busy pool means
   the scheduler's queue is full (rule ops.admission.bounded).
-- One client address may hold at most `--max-client-connections` open connections; a
-  request on one more is answered 429 `too_many_connections` (rule ops.connections.per-client).
+- One client address may hold at most `--max-client-connections` open connections, counted
+  when a connection is accepted: one more is answered 429 `too_many_connections` and closed
+  at once, so idle connections from one address cannot fill the worker's connection limit
+  (rules ops.connections.per-client, ops.connections.cap-at-accept).
+- Nothing on the loop thread waits on a client (rule ops.loop.never-waits). A connection a
+  thread is done with is closed by half-closing it and draining what the client still sends
+  for at most LINGER seconds, on the loop, between everyone else's events; gunicorn's own
+  graceful close (a blocking drain, whose short wait our socket wrapper used to stretch to
+  the request's whole read deadline) never runs there. A connection the loop refuses for
+  what it sent (too slow, too much) gets its answer and is closed at once.
+- A request refused from its headers alone (a declared body over the limit, a framing
+  gunicorn rejects) is answered with `Connection: close` and its connection closed: no
+  thread drains a body that may never come (rule ops.refused.no-drain). gunicorn's own
+  400/414/417/431/501 answers come in the JSON envelope (rule ops.http-errors.envelope).
 - An idle kept-alive connection is closed after `--idle-timeout` (15 s: longer than the 5 s
   after which httpx stops reusing one); a request that arrived just as that time ran out is
   served, not reset (rule ops.keepalive.idle).
-
-A request that cannot be framed from its headers (chunked, `Expect: 100-continue`) is
-handed over once its headers are in; the thread then reads its body under the same deadline.
 """
 from __future__ import annotations
 
 import errno
 import os
-import re
 import selectors
 import socket
 import time
@@ -36,10 +51,11 @@ from collections import defaultdict, deque
 from functools import partial
 from typing import Any
 
+from gunicorn.http import errors as http_errors
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
-from .body import MAX_BODY  # a larger declared body is complete as it stands: refused from its headers
 from .errors import ApiError, error
+from .framing import MORE, READY, RequestReader
 
 READ_DEADLINE = float(os.environ.get("COLI_READ_DEADLINE", "30"))
 #: A send that cannot make progress for this long drops the client (it stopped reading).
@@ -49,27 +65,27 @@ WRITE_TIMEOUT = float(os.environ.get("COLI_WRITE_TIMEOUT", "60"))
 #: for one before it is refused, so a client sending its next request at once is served.
 HANDOFF_WAIT = 0.1
 MAX_CLIENT_CONNECTIONS = int(os.environ.get("COLI_MAX_CLIENT_CONNECTIONS", "64"))
-MAX_HEADER_BYTES = 64 * 1024  # beyond this, gunicorn's own parser refuses the request
+#: A closing connection's unread bytes are drained (so its last answer is not cut off by a
+#: reset) for at most this long and this much, on the loop, without blocking it.
+LINGER = 2.0
+LINGER_BYTES = 64 * 1024
+MAX_LINGERING = 1024  # beyond this many closing connections, the oldest is closed outright
+#: Bytes of unfinished requests the loop holds, per client address and in all.
+CLIENT_BUFFER = int(os.environ.get("COLI_CLIENT_BUFFER_BYTES", str(16 * 1024 * 1024)))
+TOTAL_BUFFER = int(os.environ.get("COLI_TOTAL_BUFFER_BYTES", str(64 * 1024 * 1024)))
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
-_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]+)[ \t]*\r\n", re.IGNORECASE)
-_CHUNKED = re.compile(rb"\r\ntransfer-encoding:[^\r\n]*chunked", re.IGNORECASE)
-_EXPECT = re.compile(rb"\r\nexpect:[ \t]*100-continue", re.IGNORECASE)
-
-
-def request_complete(buf: bytes | bytearray) -> bool:
-    """Whether `buf` holds a whole request a thread can serve without waiting on the client
-    (or one the thread will refuse from its headers alone)."""
-    end = buf.find(b"\r\n\r\n")
-    if end < 0:
-        return len(buf) > MAX_HEADER_BYTES
-    head = bytes(buf[:end + 2])
-    if _CHUNKED.search(head):
-        return buf.endswith(b"\r\n0\r\n\r\n") or bool(_EXPECT.search(head))
-    m = _CONTENT_LENGTH.search(head)
-    if m is None or _EXPECT.search(head):
-        return True
-    length = int(m.group(1))
-    return length > MAX_BODY or len(buf) - (end + 4) >= length
+_REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
+            417: "Expectation Failed", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
+            500: "Internal Server Error", 501: "Not Implemented"}
+#: gunicorn's parser refusals, as rows of the error table (its own answers are HTML pages).
+_PARSER_REFUSALS: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
+    ((http_errors.LimitRequestLine,), "uri_too_long"),
+    ((http_errors.LimitRequestHeaders,), "headers_too_large"),
+    ((http_errors.UnsupportedTransferCoding,), "unsupported_transfer_coding"),
+    ((http_errors.ExpectationFailed,), "expectation_failed"),
+    ((http_errors.ParseException,), "malformed_request"),
+)
 
 
 def answer(ex: ApiError, path: bytes, extra: dict[str, str] | None = None) -> bytes:
@@ -77,7 +93,7 @@ def answer(ex: ApiError, path: bytes, extra: dict[str, str] | None = None) -> by
     body = ex.body("anthropic" if path.startswith(b"/v1/messages") else "openai")
     headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close",
                **ex.headers, **(extra or {})}
-    reason = {408: "Request Timeout", 429: "Too Many Requests"}.get(ex.status, "Error")
+    reason = _REASONS.get(ex.status, "Error")
     head = f"HTTP/1.1 {ex.status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     return head.encode() + b"\r\n" + body
 
@@ -85,6 +101,18 @@ def answer(ex: ApiError, path: bytes, extra: dict[str, str] | None = None) -> by
 def _path(buf: bytes | bytearray) -> bytes:
     parts = bytes(buf[:buf.find(b"\r\n") if b"\r\n" in buf else 256]).split(b" ")
     return parts[1] if len(parts) > 1 else b"/"
+
+
+def parser_refusal(exc: BaseException) -> str | None:
+    """The error-table code for an exception gunicorn's request parser raised (None: not a
+    refusal of the request, an application failure)."""
+    if isinstance(exc, (http_errors.InvalidResponseHeader, http_errors.InvalidResponseHeaderName,
+                        http_errors.ConfigurationProblem)):
+        return None  # the application's or the configuration's fault, not the request's
+    for kinds, code in _PARSER_REFUSALS:
+        if isinstance(exc, kinds):
+            return code
+    return None
 
 
 def _has_bytes(sock: Any) -> bool:
@@ -108,10 +136,18 @@ class RequestSocket:
         self.buffered = bytearray()
         self.deadline = float("inf")
         self._timeout: float | None = sock.gettimeout()
+        #: A wait a caller asked for itself (gunicorn's drain after a response, its graceful
+        #: close): reads wait at most this long, never the request's whole remaining deadline.
+        self.cap: float | None = None
+        self.responding = False  # bytes of the answer have been sent
+        self.body_in_hand = True  # the request's whole body is in `buffered` (framing.py)
 
-    def start(self) -> None:
-        """A new request begins: its deadline starts now."""
-        self.deadline = time.monotonic() + READ_DEADLINE
+    def begin(self, deadline: float, body_in_hand: bool) -> None:
+        """A request is handed to a thread."""
+        self.deadline = deadline
+        self.body_in_hand = body_in_hand
+        self.cap = None
+        self.responding = False
 
     def _set_timeout(self, value: float | None) -> None:
         self._sock.settimeout(value)
@@ -121,11 +157,12 @@ class RequestSocket:
         left = self.deadline - time.monotonic()
         if left <= 0:
             self._expire()
+        want = left if self.cap is None else min(left, self.cap)
         t = self._timeout
         # Reset the timeout only when it is off by more than a tenth: a request read in one
         # or two calls costs no extra system call.
-        if t is None or t <= 0 or left < 0.9 * t or t < 0.9 * left:
-            self._set_timeout(left)
+        if t is None or t <= 0 or want < 0.9 * t or t < 0.9 * want:
+            self._set_timeout(want)
 
     def _expire(self) -> None:
         try:
@@ -147,6 +184,8 @@ class RequestSocket:
         try:
             return self._sock.recv(n, *flags)
         except TimeoutError:
+            if self.cap is not None and self.deadline > time.monotonic():
+                raise  # the caller's own short wait ran out, not the request's deadline
             self._expire()
             raise
 
@@ -159,10 +198,13 @@ class RequestSocket:
         try:
             return self._sock.recv_into(buf, nbytes, *flags)
         except TimeoutError:
+            if self.cap is not None and self.deadline > time.monotonic():
+                raise
             self._expire()
             raise
 
     def _writing(self) -> None:
+        self.responding = True
         if self._timeout != WRITE_TIMEOUT:
             self._set_timeout(WRITE_TIMEOUT)
 
@@ -178,11 +220,14 @@ class RequestSocket:
         # gunicorn makes the socket blocking before it serves a request: a timeout of the time
         # left is blocking too, and keeps the deadline.
         if flag:
+            self.cap = None
             self._set_timeout(max(1e-3, min(self.deadline - time.monotonic(), WRITE_TIMEOUT)))
         else:
             self._set_timeout(0.0)
 
-    settimeout = _set_timeout
+    def settimeout(self, value: float | None) -> None:
+        self.cap = value
+        self._set_timeout(value)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
@@ -190,29 +235,48 @@ class RequestSocket:
 
 class Arriving:
     """A connection whose next request is being read by the event loop: its read deadline
-    (set by the request's first byte) and when the wait for that byte began."""
+    (set by the request's first byte), when the wait for that byte began, and its reader."""
 
-    __slots__ = ("conn", "deadline", "since")
+    __slots__ = ("conn", "deadline", "since", "reader", "held")
 
-    def __init__(self, conn: Any, deadline: float):
+    def __init__(self, conn: Any):
         self.conn = conn
-        self.deadline = deadline
+        self.deadline = float("inf")
         self.since = time.monotonic()
+        self.reader = RequestReader()
+        self.held = 0  # bytes of this request counted against the buffer bounds
 
 
 class Waiting:
     """A complete request that found every thread busy: it gets the first thread to come back,
     or 429 `queue_full` at `until`."""
 
-    __slots__ = ("conn", "deadline", "until")
+    __slots__ = ("conn", "deadline", "until", "body_in_hand")
 
-    def __init__(self, conn: Any, deadline: float, until: float):
+    def __init__(self, conn: Any, deadline: float, until: float, body_in_hand: bool):
         self.conn = conn
         self.deadline = deadline
         self.until = until
+        self.body_in_hand = body_in_hand
+
+
+class Lingering:
+    """A connection being closed on the loop: its last answer sent (or, for a connection
+    refused at accept, still to send once its request line shows the envelope), its write
+    side shut, what the client still sends drained until it closes or LINGER passes."""
+
+    __slots__ = ("sock", "until", "drained", "refusal")
+
+    def __init__(self, sock: socket.socket, refusal: ApiError | None):
+        self.sock = sock
+        self.until = time.monotonic() + LINGER
+        self.drained = 0
+        self.refusal = refusal
 
 
 class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
+    wsgi: Any  # the application, set by gunicorn's load_wsgi
+
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.in_flight = 0  # connections handed to a thread and not yet back
@@ -220,6 +284,25 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.accepted = 0
         self.arriving: dict[int, Arriving] = {}  # fd -> connection being read
         self.waiting: deque[Waiting] = deque()  # complete requests waiting HANDOFF_WAIT for a thread
+        self.lingering: dict[int, Lingering] = {}  # fd -> connection being closed (oldest first)
+        self.held_by: dict[str, int] = defaultdict(int)  # address -> bytes of its unfinished requests
+        self.held_total = 0
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        app = self.wsgi
+
+        def closing_when_body_unread(environ: dict[str, Any], start_response: Any) -> Any:
+            # A request handed over on its headers alone (a declared body over the limit, say)
+            # is answered with "Connection: close": the connection then closes instead of a
+            # thread draining a body the client may never send (rule ops.refused.no-drain).
+            if not getattr(environ.get("gunicorn.socket"), "body_in_hand", True):
+                response = getattr(start_response, "__self__", None)
+                if response is not None and hasattr(response, "force_close"):
+                    response.force_close()
+            return app(environ, start_response)
+
+        self.wsgi = closing_when_body_unread
 
     # --------------------------------------------------------------- connections in and out
 
@@ -227,25 +310,26 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         try:
             client, addr = listener.accept()
         except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK, errno.EMFILE, errno.ENFILE):
                 raise
+            return
+        address = addr[0] if isinstance(addr, tuple) else str(addr)
+        if len(self.per_address.get(address, ())) >= MAX_CLIENT_CONNECTIONS:
+            # Counted at accept, not when a request arrives: connections that never send a
+            # byte must not fill the worker's connection limit (rule ops.connections.cap-at-accept).
+            self._linger(client, refusal=error("too_many_connections"))
             return
         self.nr_conns += 1
         conn = TConn(self.cfg, RequestSocket(client), addr, listener.getsockname())
-        conn.address = addr[0] if isinstance(addr, tuple) else str(addr)
+        conn.address = address
         self.accepted += 1
         conn.number = self.accepted
-        self.per_address[conn.address].add(conn.number)
+        self.per_address[address].add(conn.number)
         self._read_next(conn)
-
-    def _over_cap(self, conn: Any) -> bool:
-        """Whether the address already held its quota of connections when this one was opened
-        (judged when a request arrives, so a connection closed meanwhile frees its place)."""
-        older = sum(1 for n in self.per_address[conn.address] if n < conn.number)
-        return older >= MAX_CLIENT_CONNECTIONS
 
     def _closed(self, conn: Any) -> None:
         """Bookkeeping for a connection that is gone (whichever path closed it)."""
+        self.nr_conns -= 1
         address = getattr(conn, "address", None)
         if address is not None and conn.number in self.per_address.get(address, ()):
             self.per_address[address].discard(conn.number)
@@ -253,8 +337,11 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
                 del self.per_address[address]
 
     def _drop(self, conn: Any, reply: bytes | None = None) -> None:
-        """Answer (best effort, never blocking) and close a connection the event loop holds."""
+        """Answer (best effort, never blocking) and close a connection the event loop holds.
+        No lingering: the client is refused for what it sends (too slow, too much), and the
+        sooner its own sends fail, the sooner it reads the answer."""
         raw = conn.sock._sock if isinstance(conn.sock, RequestSocket) else conn.sock
+        self._closed(conn)
         if reply:
             try:
                 raw.setblocking(False)
@@ -262,8 +349,64 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
                 raw.shutdown(socket.SHUT_WR)
             except OSError:
                 pass
-        self.nr_conns -= 1
-        self._closed(conn)
+        self._close_quietly(raw)
+
+    def _linger(self, raw: socket.socket, reply: bytes | None = None, refusal: ApiError | None = None) -> None:
+        """Send `reply` without blocking, shut the write side, and drain until the client closes
+        or LINGER passes, on the loop: closing a socket with unread bytes would reset it and
+        could cut the answer off before the client reads it."""
+        try:
+            raw.setblocking(False)
+            if reply:
+                raw.send(reply)
+            if refusal is None:
+                raw.shutdown(socket.SHUT_WR)
+            fd = raw.fileno()
+            self.poller.register(raw, selectors.EVENT_READ, partial(self._on_lingering, fd))
+        except (OSError, ValueError, KeyError):
+            self._close_quietly(raw)
+            return
+        self.lingering[fd] = Lingering(raw, refusal)
+        while len(self.lingering) > MAX_LINGERING:
+            self._end_linger(next(iter(self.lingering)))
+
+    def _on_lingering(self, fd: int, _sock: Any) -> None:
+        state = self.lingering.get(fd)
+        if state is None:
+            return
+        try:
+            data = state.sock.recv(LINGER_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if state.refusal is not None:
+            self._send_refusal(state, data)
+        state.drained += len(data)
+        if not data or state.drained >= LINGER_BYTES:
+            self._end_linger(fd)
+
+    def _send_refusal(self, state: Lingering, data: bytes) -> None:
+        assert state.refusal is not None
+        try:
+            state.sock.send(answer(state.refusal, _path(data)))
+            state.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        state.refusal = None
+
+    def _end_linger(self, fd: int) -> None:
+        state = self.lingering.pop(fd)
+        if state.refusal is not None:
+            self._send_refusal(state, b"")
+        try:
+            self.poller.unregister(state.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        self._close_quietly(state.sock)
+
+    @staticmethod
+    def _close_quietly(raw: socket.socket) -> None:
         try:
             raw.close()
         except OSError:
@@ -275,11 +418,12 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         """Watch the connection until its next request has arrived (or its time is up)."""
         conn.sock.setblocking(False)
         fd = conn.sock.fileno()
-        started = time.monotonic() + READ_DEADLINE if conn.sock.buffered else float("inf")
-        self.arriving[fd] = Arriving(conn, started)
+        state = self.arriving[fd] = Arriving(conn)
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_readable, conn))
-        if conn.sock.buffered and request_complete(conn.sock.buffered):
-            self._arrived(conn)
+        if conn.sock.buffered:  # read ahead of the last request: the next one has begun
+            ahead = bytes(conn.sock.buffered)
+            conn.sock.buffered = bytearray()
+            self._feed(conn, state, ahead)
 
     def _on_readable(self, conn: Any, _sock: Any) -> None:
         sock = conn.sock
@@ -296,36 +440,67 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
             self._forget(conn)
             self._drop(conn)
             return
-        if not sock.buffered:
+        self._feed(conn, state, data)
+
+    def _feed(self, conn: Any, state: Arriving, data: bytes) -> None:
+        reader = state.reader
+        if not reader.started:
             state.deadline = time.monotonic() + READ_DEADLINE  # the request starts with its first byte
-        sock.buffered += data
-        if request_complete(sock.buffered):
+        outcome = reader.feed(data)
+        if outcome == READY:
             self._arrived(conn)
+            return
+        if outcome != MORE:  # the error-table code of a refusal
+            self._refuse(conn, outcome)
+            return
+        held = reader.held
+        self.held_total += held - state.held
+        self.held_by[conn.address] += held - state.held
+        state.held = held
+        if self.held_by[conn.address] > CLIENT_BUFFER or self.held_total > TOTAL_BUFFER:
+            self._refuse(conn, "request_buffer_full")  # rule ops.buffer.bounded
+            return
+        if reader.expects_continue:
+            reader.expects_continue = False
+            try:
+                conn.sock._sock.send(CONTINUE)
+            except OSError:
+                pass
+
+    def _refuse(self, conn: Any, code: str) -> None:
+        """Answer a request the loop refuses before any thread sees it, and close."""
+        reader = self.arriving[conn.sock.fileno()].reader
+        path = _path(reader.whole or reader.head or reader.raw)
+        self._forget(conn)
+        self._drop(conn, answer(error(code), path))
 
     def _forget(self, conn: Any) -> None:
         fd = conn.sock.fileno()
         state = self.arriving.pop(fd, None)
         if state is not None:
+            self.held_total -= state.held
+            self.held_by[conn.address] -= state.held
+            if not self.held_by[conn.address]:
+                del self.held_by[conn.address]
             try:
                 self.poller.unregister(conn.sock)
             except (KeyError, ValueError, OSError):
                 pass
 
     def _arrived(self, conn: Any) -> None:
-        """A whole request is in: a thread serves it, or the event loop refuses it now."""
-        deadline = self.arriving[conn.sock.fileno()].deadline
+        """A whole request is in: a thread serves it, or waits HANDOFF_WAIT for one."""
+        state = self.arriving[conn.sock.fileno()]
         self._forget(conn)
-        path = _path(conn.sock.buffered)
-        if self._over_cap(conn):
-            self._drop(conn, answer(error("too_many_connections"), path))
-        elif self.in_flight >= self.cfg.threads:
-            self.waiting.append(Waiting(conn, deadline, time.monotonic() + HANDOFF_WAIT))
+        conn.sock.buffered = bytearray(state.reader.whole)
+        if self.in_flight >= self.cfg.threads:
+            self.waiting.append(Waiting(conn, state.deadline, time.monotonic() + HANDOFF_WAIT,
+                                        state.reader.body_in_hand))
         else:
-            self._start(conn, deadline)
+            self._start(conn, state.deadline, state.reader.body_in_hand)
 
-    def _start(self, conn: Any, deadline: float) -> None:
+    def _start(self, conn: Any, deadline: float, body_in_hand: bool) -> None:
         self.in_flight += 1
-        conn.sock.deadline = deadline if deadline != float("inf") else time.monotonic() + READ_DEADLINE
+        conn.sock.begin(deadline if deadline != float("inf") else time.monotonic() + READ_DEADLINE, body_in_hand)
         conn.data_ready = True
         fs = self.tpool.submit(self.handle, conn)
         fs.add_done_callback(lambda fut: self.method_queue.defer(self._thread_done, conn, fut))
@@ -335,7 +510,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.finish_request(conn, fut)
         while self.waiting and self.in_flight < self.cfg.threads:
             w = self.waiting.popleft()
-            self._start(w.conn, w.deadline)
+            self._start(w.conn, w.deadline, w.body_in_hand)
 
     def _refuse_waited(self, now: float) -> None:
         """Requests no thread came back for within HANDOFF_WAIT: the pool is really full."""
@@ -349,6 +524,21 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         if self.waiting:  # wake for the first waiting request's refusal, not a second later
             timeout = min(timeout, max(0.0, self.waiting[0].until - time.monotonic()))
         super().wait_for_and_dispatch_events(timeout)
+
+    # --------------------------------------------------------------- on a request thread
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """gunicorn's parser refusals in the JSON envelope, not its HTML pages."""
+        code = parser_refusal(exc)
+        if code is None:
+            super().handle_error(req, client, addr, exc)
+            return
+        path = getattr(req, "path", None) or "/"
+        try:
+            client.sendall(answer(error(code), path.encode("latin-1", "replace")))
+        except OSError:
+            pass
+        self.log.debug("refused a request gunicorn could not parse: %s", exc)
 
     # --------------------------------------------------------------- gthread's hooks, rerouted
 
@@ -372,12 +562,10 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
             self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn))
             conn.sock.setblocking(False)
         else:
-            self.nr_conns -= 1
+            # Not gunicorn's graceful close: it blocks until the client closes or sends
+            # (rule ops.loop.never-waits).
             self._closed(conn)
-            try:
-                conn.close(graceful=True)
-            except OSError:
-                pass
+            self._linger(conn.sock._sock)
 
     def on_client_socket_readable(self, conn: Any, client: Any) -> None:
         self.poller.unregister(client)
@@ -403,10 +591,13 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
             except (OSError, KeyError, ValueError):
                 pass
             self._drop(conn)
+        if force:
+            for fd in list(self.lingering):
+                self._end_linger(fd)
 
     def murder_pending(self) -> None:
         """Requests past their read deadline get 408; connections that never sent a byte are
-        closed after the keep-alive time."""
+        closed after the keep-alive time; lingering closes past LINGER end."""
         now = time.monotonic()
         self._refuse_waited(now)
         for state in list(self.arriving.values()):
@@ -416,5 +607,8 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
                     self._forget(conn)
                     self._drop(conn)
             elif state.deadline <= now:
-                self._forget(conn)
-                self._drop(conn, answer(error("request_timeout"), _path(conn.sock.buffered)))
+                self._refuse(conn, "request_timeout")
+        for fd, lingering in list(self.lingering.items()):
+            if lingering.until > now:
+                break  # oldest first: the rest are younger
+            self._end_linger(fd)
