@@ -10,7 +10,8 @@ that end a turn, both read from the family's row of spec/families.yaml. Two form
   for llama.cpp and llama-cpp-python. It is written here with the `gguf` package rather than
   by llama.cpp's convert_hf_to_gguf.py, which identifies a BPE tokenizer by hashing its output
   and refuses one it has not seen; this tokenizer is byte-level BPE with GPT-2's split
-  pattern, which llama.cpp calls the `gpt2` pre-tokenizer.
+  pattern, which llama.cpp names the `gpt-2` pre-tokenizer (its vocabulary loader refuses
+  "gpt2": "unknown pre-tokenizer type").
 """
 from __future__ import annotations
 
@@ -255,7 +256,7 @@ def _write_gguf(fam: FamilyExport, out: Path, gguf_type: str, say: Callable[[str
 
     tokens, types = _gguf_vocab(doc, vocab_size)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
+    w.add_tokenizer_pre("gpt-2")  # llama.cpp's name for GPT-2's split; it refuses "gpt2"
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(_merges(doc))
@@ -316,7 +317,7 @@ def _write_readme(fam: FamilyExport, fmt: str, gguf_type: str, files: list[Path]
         how = (f"`llama-server -m {gguf_name} --jinja` (llama.cpp), `llama_cpp.Llama(model_path=...)`,\n"
                f"or `colibri serve --model {gguf_name}`.")
         layout = (f"Tensors are {gguf_type} (norms always f32). The metadata holds the tokenizer (byte-level BPE,\n"
-                  "pre-tokenizer `gpt2`, role markers as control tokens, tags such as `<think>` as user-defined\n"
+                  "pre-tokenizer `gpt-2`, role markers as control tokens, tags such as `<think>` as user-defined\n"
                   "tokens), the chat template (`tokenizer.chat_template`) and the end tokens as eos / eot / eom.\n"
                   "BOS is `<|endoftext|>` and never added: the model was trained without one.")
     text = f"""# {MODEL_NAME}, {fam.id} family ({fmt})
