@@ -85,7 +85,7 @@ class MessagesResource(_Endpoint):
         body = read_body(req)
         self.svc.validate("messages", body)
         chat = to_chat_input(body)
-        rendered, ids = self.svc.render(chat)
+        rendered, ids = self.svc.render(chat, context_param="messages")
         max_new = self.svc.budget(ids, body.get("max_tokens"), "messages")
         prefer = conversation_slot(chat.messages, self.svc.settings.kv_slots)  # ops.slot.choice
         task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer)

@@ -143,7 +143,7 @@ class ChatResource(_Endpoint):
     def on_post(self, req: Any, resp: Any) -> None:
         body = read_body(req)
         self.svc.validate("chat", body)
-        rendered, ids = self.svc.render(from_openai_chat(body))
+        rendered, ids = self.svc.render(from_openai_chat(body), context_param="messages")
         requested = body.get("max_completion_tokens") or body.get("max_tokens")
         max_new = self.svc.budget(ids, requested, "messages")
         prefer = conversation_slot(body["messages"], self.svc.settings.kv_slots)  # ops.slot.choice
@@ -195,6 +195,7 @@ class CompletionsResource(_Endpoint):
         body = read_body(req)
         self.svc.validate("completions", body)
         prompt = body["prompt"]
+        self.svc.refuse_if_too_long(len(prompt), "prompt")
         ids = self.svc.model.encode(prompt)
         max_new = self.svc.budget(ids, body.get("max_tokens"), "prompt")
         lp = body.get("logprobs")

@@ -201,7 +201,7 @@ class ResponsesResource:
         items = inherited + input_items(body)
         chat = chat_input(body, items)
         # A trailing assistant item is history here, never a turn to continue.
-        rendered, ids = self.svc.render(chat, continuation=False, history=history)
+        rendered, ids = self.svc.render(chat, continuation=False, history=history, context_param="input")
         max_new = self.svc.budget(ids, body.get("max_output_tokens"), "input")
         prefer = conversation_slot(chat.messages, self.svc.settings.kv_slots)  # ops.slot.choice
         task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=None, prefer=prefer)

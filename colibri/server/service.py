@@ -103,12 +103,13 @@ class Service:
         if failure is not None:
             raise error(failure.code, failure.message, param=failure.param, rule_id=failure.rule_id)
 
-    def render(self, chat: ChatInput, *, continuation: bool = True,
-               history: list[int] | None = None) -> tuple[Rendered, list[int]]:
+    def render(self, chat: ChatInput, *, continuation: bool = True, history: list[int] | None = None,
+               context_param: str | None = None) -> tuple[Rendered, list[int]]:
         """The prompt text and its token ids; special-token text from the request stays text.
         A trailing assistant turn is continued when the server allows it and `continuation`.
         `history` (the tokens a parent response's slot holds) is kept as it is when the
-        prompt's text begins with it."""
+        prompt's text begins with it. With `context_param`, a text too long for the context
+        whatever its tokens is refused before it is tokenized (see `refuse_if_too_long`)."""
         literal = LiteralSpecials(self.model.special_texts)
         try:
             shielded = render_chat(self.family, self.template, literal.shield(chat),
@@ -118,6 +119,8 @@ class Service:
             raise error("template_refused", f"The model's chat template refused these messages: "
                         f"{literal.restore(str(e))}", param="messages") from None
         pieces = literal.pieces(shielded.text)
+        if context_param is not None:
+            self.refuse_if_too_long(sum(len(text) for text, _ in pieces), context_param)
         ids = (self._after(history, pieces) if history else None) or self.model.encode_pieces(pieces)
         rendered = replace(shielded, text=literal.restore(shielded.text),
                            tools_offered=literal.restore(shielded.tools_offered),
@@ -160,6 +163,23 @@ class Service:
     def token_index(self) -> TokenIndex:
         """The vocabulary by bytes, for tool-name decoding; built at the first request offering tools."""
         return TokenIndex(self.model.token_bytes)
+
+    @cached_property
+    def longest_token(self) -> int:
+        """Bytes of the longest token the model has (special-token text included)."""
+        return max([len(b) for b in self.model.token_bytes] + [len(t.encode()) for t in self.model.special_texts] + [1])
+
+    def refuse_if_too_long(self, chars: int, param: str) -> None:
+        """context_length_exceeded for a prompt text that cannot fit whatever its tokens: no
+        token spells more than `longest_token` bytes, and a character is at least one byte, so
+        a text of `chars` characters takes at least chars / longest_token tokens. Tokenizing a
+        request of megabytes costs seconds of CPU; this answers it at the cost of a length."""
+        n_ctx = self.model.config.n_ctx
+        at_least = chars // self.longest_token
+        if at_least >= n_ctx:
+            raise error("context_length_exceeded",
+                        f"The model's context is {n_ctx} tokens and the prompt alone takes at least {at_least}; "
+                        "shorten it.", param=param)
 
     def budget(self, prompt: list[int], requested: int | None, param: str) -> int:
         """Tokens the answer may have: the request's ceiling, clamped to the server's and to

@@ -196,7 +196,7 @@ def scoring_prompts(svc: Any, state: Any, questions: list[Question]) -> list[tup
     for q in questions:
         texts, ids = labels_for(svc, q)
         _, prompt = svc.render(ChatInput(messages=[{"role": "user", "content": prompt_text(
-            state, q, texts, svc.settings.systemone_prompt)}]))
+            state, q, texts, svc.settings.systemone_prompt)}]), context_param="state")
         svc.budget(prompt, 1, "state")  # a prompt with no room left is refused by name
         total += len(prompt)
         if limit and total > limit:
