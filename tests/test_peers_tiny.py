@@ -73,14 +73,15 @@ def test_the_export_is_made_by_the_colibri_export_command_and_remade_when_the_mo
     assert len(calls) == 2
 
 
-def test_the_chat_format_llama_server_detected_is_read_from_its_log(harness, tmp_path):
+def test_the_chat_format_llama_server_chose_is_read_from_its_slots(harness, monkeypatch):
+    import httpx
+
     tiny, _ = harness
-    log = tmp_path / "llama-server-tiny-glm.log"
-    log.write_text("srv  params_from_: Chat format: GLM 4.5\nsrv  params_from_: Chat format: GLM 4.5\n")
-    assert tiny.chat_format(log) == "GLM 4.5"
-    log.write_text("nothing detected\n")
-    assert tiny.chat_format(log) is None
-    assert tiny.chat_format(tmp_path / "missing.log") is None
+    slots = [{"id": 0, "params": {"chat_format": "peg-native", "reasoning_format": "deepseek"}}]
+    monkeypatch.setattr(httpx, "get", lambda url, timeout: httpx.Response(200, json=slots, request=httpx.Request("GET", url)))
+    assert tiny.chat_format("http://127.0.0.1:1") == "peg-native (reasoning format deepseek)"
+    monkeypatch.setattr(httpx, "get", lambda url, timeout: httpx.Response(404, text="no", request=httpx.Request("GET", url)))
+    assert tiny.chat_format("http://127.0.0.1:1") is None
 
 
 def test_the_matrix_gains_a_tools_and_a_reasoning_column_per_engine_and_family(tmp_path):

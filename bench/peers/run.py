@@ -94,6 +94,8 @@ def _conform_served(peer: Peer, version: str, out: Path, extra: list[str], upstr
         t0 = time.monotonic()
         code = subprocess.call(cmd, stdin=subprocess.DEVNULL)
         wall = time.monotonic() - t0
+        # what a llama.cpp engine chose for the template, read while it still runs (a proxy: its upstream's)
+        detected = chat_format(upstream or base) if peer.family else None
         meta = {"name": peer.name, "version": version, "model": peer.model, "started": started,
                 "wall_seconds": round(wall, 2), "exit_code": code, "command": cmd,
                 "startup_seconds": round(startup, 2),
@@ -101,7 +103,6 @@ def _conform_served(peer: Peer, version: str, out: Path, extra: list[str], upstr
         if peer.family:  # the embedded model on this engine: which parsers read its calls and reasoning
             meta |= {"family": peer.family, "parsers": peer.parsers, "argv": peer_argv_of(peer),
                      **({"upstream": peer.upstream} if peer.upstream else {})}
-            detected = chat_format(LOGS / f"{(peer.upstream or peer.name)}.log")
             if detected:
                 meta["chat_format"] = detected
         (out / f"{peer.name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")

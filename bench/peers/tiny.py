@@ -14,20 +14,19 @@ Each row says which parser it uses and why that parser fits the family's native 
   tool parser and `qwen3` reasoning parser (Qwen2.5/Qwen3's own pair);
 - qwen-xml (`<tool_call><function=N><parameter=K>V</parameter></function></tool_call>`):
   vLLM's `qwen3_xml` tool parser (Qwen3-Coder's syntax) and `qwen3` reasoning parser.
-llama.cpp's llama-server picks its parser from the GGUF's template (`--jinja`); the log line
-"Chat format: ..." says which, and the harness copies it into the run's meta file.
+llama.cpp's llama-server picks its parser from the GGUF's template (`--jinja`); its /slots
+endpoint says which (`chat_format`), and the harness copies it into the run's meta file.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cachedir import CACHE, LOGS, sh, step, venv_dir
+from cachedir import CACHE, sh, step, venv_dir
 
 MODEL_DIR = CACHE / "model"
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,16 +117,18 @@ def llama_server_argv(binary: Path, family: str) -> Callable[[int], list[str]]:
                          "-c", "2048", "-np", "1", "-t", "2", "--jinja", "--host", "127.0.0.1", "--port", str(port)]
 
 
-_CHAT_FORMAT = re.compile(r"Chat format: ([^\n]+)")
+def chat_format(base: str) -> str | None:
+    """The chat format and reasoning format llama-server chose for the template, as its /slots
+    endpoint shows them in the last task's parameters (it logs them only with --verbose);
+    None where the server has no such endpoint or has run no chat task yet."""
+    import httpx
 
-
-def chat_format(log: Path) -> str | None:
-    """The chat format llama-server detected from the template (it logs it on its first chat request)."""
     try:
-        found = _CHAT_FORMAT.findall(log.read_text(errors="replace"))
-    except OSError:
+        slots = httpx.get(base + "/slots", timeout=10).json()
+        params = next(s["params"] for s in slots if isinstance(s, dict) and (s.get("params") or {}).get("chat_format"))
+    except (httpx.HTTPError, ValueError, TypeError, KeyError, StopIteration):
         return None
-    return sorted(set(found))[0] if len(set(found)) == 1 else (", ".join(sorted(set(found))) or None)
+    return f"{params['chat_format']} (reasoning format {params.get('reasoning_format', '?')})"
 
 
 # --- llama-cpp-python: its one tool-calling handler for a template it does not know ---
@@ -219,4 +220,4 @@ def peers(base: dict[str, object], peer_cls: type, helpers: dict[str, object]) -
     return out
 
 
-__all__ = ["CONFORM_ARGS", "FAMILIES", "LOGS", "chat_format", "ensure_export", "export_path", "model_id", "peers"]
+__all__ = ["CONFORM_ARGS", "FAMILIES", "chat_format", "ensure_export", "export_path", "model_id", "peers"]
