@@ -72,6 +72,7 @@ class DefaultsHelp(argparse.HelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .server.scheduler import PREFIX_REUSE
     from .server.service import DEFAULT_CORS
     from .server.systemone import PROMPT_LAYOUTS
 
@@ -106,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "them and a many-question request computes them once; transformers is transformers "
                         "serve's DECISION_PROMPT, for the same probabilities as it on the same weights "
                         "[COLI_SYSTEMONE_PROMPT]")
+    p.add_argument("--prefix-reuse", default=os.environ.get("COLI_PREFIX_REUSE", "shared"), choices=PREFIX_REUSE,
+                   help="whose cached prompt prefix a request may reuse: shared (default: any slot's; a client can "
+                        "then tell from cached_tokens or timing whether another request began like its own), "
+                        "conversation (only what the same conversation left: the same messages up to the first "
+                        "user message), off (none) [COLI_PREFIX_REUSE]")
     p.add_argument("--allow-insecure-bind", action="store_true", default=os.environ.get("COLI_ALLOW_INSECURE_BIND") == "1",
                    help="bind a non-loopback address without an API key [COLI_ALLOW_INSECURE_BIND=1]")
     return p
@@ -126,7 +132,8 @@ def settings_from(args: argparse.Namespace) -> Any:
                     kv_dir=args.kv_dir or None, dequantize=bool(args.dequantize),
                     responses_max=int(args.responses_max), responses_max_bytes=int(args.responses_max_bytes),
                     profile_turns=int(args.profile_turns), offered_tool_names=not args.free_tool_names,
-                    systemone_prompt=args.systemone_prompt, systemone_max_tokens=int(args.systemone_max_tokens))
+                    systemone_prompt=args.systemone_prompt, systemone_max_tokens=int(args.systemone_max_tokens),
+                    prefix_reuse=args.prefix_reuse)
 
 
 SPARE_THREADS = 4  # for /health, /metrics, static files and refusals while every slot and queue place is taken
@@ -177,8 +184,11 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"--systemone-max-tokens must be 0 or more, not {args.systemone_max_tokens}"
     if int(args.profile_turns) < 0:
         return f"--profile-turns must be 0 or more, not {args.profile_turns}"
+    from .server.scheduler import PREFIX_REUSE
     from .server.systemone import PROMPT_LAYOUTS
 
+    if args.prefix_reuse not in PREFIX_REUSE:  # argparse checks the flag, not the env variable
+        return f"--prefix-reuse must be one of {', '.join(PREFIX_REUSE)}, not {args.prefix_reuse!r}"
     if args.systemone_prompt not in PROMPT_LAYOUTS:  # argparse checks the flag, not the env variable
         return f"--systemone-prompt must be one of {', '.join(PROMPT_LAYOUTS)}, not {args.systemone_prompt!r}"
     if not 1 <= int(args.port) <= 65535:

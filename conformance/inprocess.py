@@ -30,7 +30,7 @@ def model_target(path: Any, *, model_id: str | None = None, kv_slots: int = 1, n
 
 SETTING_KEYS = {"family", "api_key", "max_queue", "queue_timeout", "kv_slots", "allowed_hosts", "cors_origins",
                 "continue_assistant", "keepalive_seconds", "model_id", "responses_max", "responses_max_bytes", "max_tokens",
-                "systemone_max_tokens"}
+                "systemone_max_tokens", "prefix_reuse"}
 
 
 class ServerPool:

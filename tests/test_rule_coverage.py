@@ -34,6 +34,9 @@ COVERED_ELSEWHERE = {
     "ops.refused.no-drain": ["test_hostile_clients:test_ops_refused_no_drain_huge_content_length_holds_no_thread",
                              "test_hostile_clients:test_ops_refused_no_drain_expect_continue_without_a_body_holds_no_thread"],
     "ops.http-errors.envelope": ["test_hostile_clients:test_ops_http_errors_envelope"],
+    "ops.prefix-reuse.scope": [
+        "test_slot_choice:test_ops_prefix_reuse_scope_conversation_reuses_only_its_own_conversation",
+        "test_slot_choice:test_ops_prefix_reuse_scope_off_reuses_nothing"],
     "ops.kv-persistence": ["test_live_server:test_kv_state_survives_a_restart_and_a_torn_file_is_discarded"],
     "diff.greedy.exact": ["test_differential:test_diff_greedy_exact_a_server_against_itself_passes_every_prompt",
                           "test_differential:test_diff_greedy_exact_continuation_outside_the_top_tokens_fails"],

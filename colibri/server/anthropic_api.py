@@ -13,7 +13,7 @@ from .disconnect import detector
 from .generation import Generation, Outcome
 from .openai_api import _Endpoint, dumps
 from .prompt import ChatInput
-from .scheduler import conversation_slot
+from .scheduler import conversation_digest, conversation_slot
 
 SIGNATURE = "colibri-local"
 
@@ -88,7 +88,8 @@ class MessagesResource(_Endpoint):
         rendered, ids = self.svc.render(chat, context_param="messages")
         max_new = self.svc.budget(ids, body.get("max_tokens"), "messages")
         prefer = conversation_slot(chat.messages, self.svc.settings.kv_slots)  # ops.slot.choice
-        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer)
+        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer,
+                             reuse_key=conversation_digest(chat.messages))
         gen = self.svc.generation(task, stops=list(body.get("stop_sequences") or []), ignore_leading=False,
                                   thinking=rendered.thinking, tools=rendered.tools_offered, client_gone=detector(req.env))
         mid, model, thinking = f"msg_{uuid.uuid4().hex[:24]}", self.svc.settings.model_id, rendered.thinking

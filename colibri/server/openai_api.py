@@ -16,7 +16,7 @@ from .disconnect import detector
 from .errors import ApiError, error
 from .generation import Generation, LogprobEntry, Outcome, now
 from .prompt import from_openai_chat
-from .scheduler import conversation_slot
+from .scheduler import conversation_digest, conversation_slot
 from .service import Service
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -149,7 +149,7 @@ class ChatResource(_Endpoint):
         prefer = conversation_slot(body["messages"], self.svc.settings.kv_slots)  # ops.slot.choice
         k = (body.get("top_logprobs") or 0) if body.get("logprobs") else -1
         task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer,
-                             logprobs_k=k)
+                             logprobs_k=k, reuse_key=conversation_digest(body["messages"]))
         gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
                                   thinking=rendered.thinking, tools=rendered.tools_offered,
                                   strict_tools=bool(body.get("strict_tool_calls")), client_gone=detector(req.env))

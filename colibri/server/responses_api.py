@@ -20,7 +20,7 @@ from .errors import ApiError, error
 from .generation import Delta, Generation, Outcome, now
 from .openai_api import SSE_HEADERS, _guarded, dumps
 from .prompt import ChatInput, _arguments
-from .scheduler import conversation_slot
+from .scheduler import conversation_digest, conversation_slot
 from .service import Service
 
 log = logging.getLogger("colibri.server")
@@ -204,7 +204,8 @@ class ResponsesResource:
         rendered, ids = self.svc.render(chat, continuation=False, history=history, context_param="input")
         max_new = self.svc.budget(ids, body.get("max_output_tokens"), "input")
         prefer = conversation_slot(chat.messages, self.svc.settings.kv_slots)  # ops.slot.choice
-        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=None, prefer=prefer)
+        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=None, prefer=prefer,
+                             reuse_key=conversation_digest(chat.messages))
         gen = self.svc.generation(task, stops=[], ignore_leading=False, thinking=rendered.thinking,
                                   tools=rendered.tools_offered, client_gone=detector(req.env))
         shell = self._shell(body, max_new)

@@ -30,19 +30,28 @@ BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300)
 log = logging.getLogger("colibri.server")
 
 
+def conversation_digest(messages: list[dict[str, Any]]) -> bytes:
+    """SHA-1 of the messages up to and including the first user message (JSON, sorted keys):
+    what every turn of one conversation begins with."""
+    head = []
+    for m in messages:
+        head.append(m)
+        if m.get("role") == "user":
+            break
+    return hashlib.sha1(json.dumps(head, sort_keys=True, ensure_ascii=False).encode()).digest()
+
+
 def conversation_slot(messages: list[dict[str, Any]], n_slots: int) -> int:
     """A conversation's own slot: hash of the messages up to the first user message. It breaks
     ties between free slots that hold equally much of a prompt (a tie-break, not a pin: see
     the rule ops.slot.choice)."""
     if n_slots <= 1:
         return 0
-    head = []
-    for m in messages:
-        head.append(m)
-        if m.get("role") == "user":
-            break
-    digest = hashlib.sha1(json.dumps(head, sort_keys=True, ensure_ascii=False).encode()).digest()
-    return int.from_bytes(digest[:8], "big") % n_slots
+    return int.from_bytes(conversation_digest(messages)[:8], "big") % n_slots
+
+
+#: --prefix-reuse: whose cached prefix a request may reuse (rule ops.prefix-reuse.scope)
+PREFIX_REUSE = ("shared", "conversation", "off")
 
 
 def _seed_state(seed: int | None) -> int:
@@ -93,6 +102,9 @@ class Task:
     # a scoring task (/v1/systemone): (prompt, label ids) pairs prefilled in turn into the slot,
     # the label logits of each last position reported in one "scored" event; nothing is sampled
     scoring: list[tuple[list[int], list[int]]] | None = None
+    # which conversation the prompt belongs to (conversation_digest; the state's for a scoring
+    # task): with --prefix-reuse conversation, only a slot last used by the same one is reused
+    reuse_key: bytes | None = None
     # a ToolDecoder (colibri/tool_decoding.py) when the request offers tools and the server keeps
     # tool names to the offered ones (rule tools.decode.offered-names); None: sampling is free
     decoder: Any = None
@@ -150,7 +162,7 @@ class Metrics:
 class Scheduler:
     def __init__(self, engine: Any, *, n_slots: int, max_queue: int = 8, queue_timeout: float = 300.0,
                  metrics: Metrics | None = None, step_delay: float = 0.0, on_release: Any = None,
-                 profile_turns: int = 256):
+                 profile_turns: int = 256, prefix_reuse: str = "shared"):
         from .. import _engine
 
         self._sample_rows, self._logprobs = _engine.sample_rows, _engine.logprobs
@@ -177,6 +189,11 @@ class Scheduler:
         # persisted slot brought back): a free slot whose history starts like a new prompt
         # saves that prefix's prefill. Written by the engine thread at release, under the lock.
         self.history = [np.asarray(engine.slot_tokens(s), np.intc) for s in range(n_slots)]
+        # Whose conversation left each slot's cache (None: restored, or a request with no key).
+        if prefix_reuse not in PREFIX_REUSE:
+            raise ValueError(f"unknown prefix reuse {prefix_reuse!r} (known: {', '.join(PREFIX_REUSE)})")
+        self.prefix_reuse = prefix_reuse
+        self.owner: list[bytes | None] = [None] * n_slots
         self.to_prefill: deque[Task] = deque()
         self.decoding: list[Task] = []
         # scoring tasks (/v1/systemone) in progress, each with the generator of its engine passes
@@ -203,7 +220,16 @@ class Scheduler:
         # The free slot whose cache shares the longest prefix with the prompt; ties go to the
         # preferred (hash) slot, then to the lowest.
         prompt = np.asarray(task.prompt, np.intc)
-        return max(free, key=lambda s: (self._shared_prefix(prompt, s), s == task.prefer, -s))
+        return max(free, key=lambda s: (self._shared_prefix(prompt, s) if self._may_reuse(task, s) else 0,
+                                        s == task.prefer, -s))
+
+    def _may_reuse(self, task: Task, slot: int) -> bool:
+        """Whether `task` may start from what `slot` caches (rule ops.prefix-reuse.scope): any
+        slot when reuse is shared; with conversation, only a slot its own conversation left."""
+        if self.prefix_reuse == "shared":
+            return True
+        return self.prefix_reuse == "conversation" and task.reuse_key is not None \
+            and self.owner[slot] == task.reuse_key
 
     def _shared_prefix(self, prompt: np.ndarray, slot: int) -> int:
         held = self.history[slot]
@@ -291,6 +317,7 @@ class Scheduler:
         self._close_turn(task, outcome)
         with self.lock:
             self.history[task.assigned] = held
+            self.owner[task.assigned] = task.reuse_key
             self.busy.discard(task.assigned)
             getattr(self.metrics, outcome).inc()
             self.metrics.active.set(len(self.busy))
@@ -522,6 +549,8 @@ class Scheduler:
                     if task.cancelled:
                         self._release(task, "cancelled")
                         continue
+                    if not self._may_reuse(task, task.assigned):  # another conversation's cache: forget it
+                        self.engine.slot_truncate(task.assigned, 0)
                     if task.scoring is not None:
                         self.scoring.append((task, self._score(task)))
                         continue

@@ -48,6 +48,7 @@ class Settings:
     offered_tool_names: bool = True  # decode tool names and keys from the offered set (tools.decode.offered-names)
     systemone_prompt: str = "shared-first"  # /v1/systemone's prompt layout (systemone.PROMPT_LAYOUTS)
     systemone_max_tokens: int = 65536  # prompt tokens one /v1/systemone request may score (0: no limit)
+    prefix_reuse: str = "shared"  # whose cached prefixes a request may reuse (scheduler.PREFIX_REUSE)
 
     def validator_settings(self) -> dict[str, Any]:
         return {"model_id": self.model_id, "kv_slots": self.kv_slots, "continue_assistant": self.continue_assistant}
@@ -84,7 +85,7 @@ class Service:
             scheduler = Scheduler(engine, n_slots=settings.kv_slots, max_queue=settings.max_queue,
                                   queue_timeout=settings.queue_timeout, metrics=self.metrics,
                                   step_delay=settings.step_delay, on_release=store.save if store else None,
-                                  profile_turns=settings.profile_turns)
+                                  profile_turns=settings.profile_turns, prefix_reuse=settings.prefix_reuse)
         self.scheduler = scheduler
         self.validators = {ep: RequestValidator(self.spec, ep, settings.family, settings.validator_settings())
                            for ep in ("chat", "completions", "messages", "render", "systemone", "responses")}
@@ -202,13 +203,15 @@ class Service:
         return Generation(self.scheduler, task, self.model.token_bytes, spec, client_gone)
 
     def task(self, prompt: list[int], body: dict[str, Any], *, max_new: int, slot: int | None,
-             prefer: int | None = None, logprobs_k: int = -1, echo: bool = False, turn: Turn | None = None) -> Task:
+             prefer: int | None = None, logprobs_k: int = -1, echo: bool = False, turn: Turn | None = None,
+             reuse_key: bytes | None = None) -> Task:
         """The engine's task for a rendered prompt; `turn` is the request's profile record
-        (made by the RequestId middleware when it arrived)."""
+        (made by the RequestId middleware when it arrived); `reuse_key` its conversation
+        (scheduler.conversation_digest), None for a request that belongs to none."""
         temperature = body.get("temperature")
         top_p = body.get("top_p")
         return Task(prompt=prompt, max_new=max_new, end_tokens=self.end_tokens,
                     temperature=1.0 if temperature is None else float(temperature),
                     top_p=1.0 if top_p is None else float(top_p), seed=body.get("seed"),
                     top_k_logprobs=logprobs_k, echo=echo, slot=slot, prefer=prefer,
-                    request_id=turn.request_id if turn else "", turn=turn or Turn())
+                    request_id=turn.request_id if turn else "", turn=turn or Turn(), reuse_key=reuse_key)

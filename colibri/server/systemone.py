@@ -27,6 +27,7 @@ decided once, at start-up, and reported in /health (rule s1.labels.single-token)
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import queue
@@ -217,7 +218,9 @@ class SystemOneResource:
         self.svc.validate("systemone", body)
         questions = parse_questions(body)
         scoring = scoring_prompts(self.svc, body["state"], questions)
-        task = Task(prompt=scoring[0][0], max_new=0, end_tokens=frozenset(), scoring=scoring,
+        # its "conversation" for --prefix-reuse conversation: the state it asks about
+        state_key = hashlib.sha1(json.dumps(body["state"], sort_keys=True, ensure_ascii=False).encode()).digest()
+        task = Task(prompt=scoring[0][0], max_new=0, end_tokens=frozenset(), scoring=scoring, reuse_key=state_key,
                     request_id=req.context.request_id, client_gone=detector(req.env), turn=req.context.turn)
         try:
             self.svc.scheduler.admit(task)

@@ -14,7 +14,7 @@ from .paths import Location, delete_path, json_type, resolve, set_path
 SERVER_KEYS = frozenset({
     "family", "api_key", "max_queue", "queue_timeout", "busy", "busy_slots", "kv_slots", "allowed_hosts", "cors_origins",
     "continue_assistant", "keepalive_seconds", "engine_delay", "fault", "model_id", "closing", "responses_max", "max_tokens",
-    "systemone_max_tokens",
+    "systemone_max_tokens", "prefix_reuse",
 })
 
 #: Settings every vector assumes unless its `server` block says otherwise.
