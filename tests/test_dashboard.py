@@ -4,6 +4,7 @@ streaming API, shows the answer, and fills the server panel from /health."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import urllib.parse
 import urllib.request
@@ -467,7 +468,6 @@ def test_the_chat_page_says_what_temperature_it_sends_and_the_api_default():
 def test_dashboard_system_one_curl_expands_the_key_variable(tmp_path):
     """The System One page's curl names the key as $COLIBRI_API_KEY inside double quotes, so a
     shell expands it: run as shown, with the variable set, it gets the page's answer."""
-    import shutil
     import subprocess
 
     with live_server("--api-key", "k-s1") as base:
@@ -491,3 +491,25 @@ def test_dashboard_system_one_curl_expands_the_key_variable(tmp_path):
                                  env={"PATH": "/usr/bin:/bin", "COLIBRI_API_KEY": "k-s1"},
                                  capture_output=True, text=True, timeout=60)
             assert out.stdout == "200", out
+
+
+@pytest.mark.skipif(not (shutil.which("node") and shutil.which("curl")), reason="needs node and curl")
+def test_system_one_curl_as_shown_runs_in_a_shell_with_the_key_variable(tmp_path):
+    """The page's curl function (web/systemone.js, run by node without a browser) gives a
+    command that a shell runs as shown: $COLIBRI_API_KEY expands, so the right key gets 200
+    and another 401."""
+    import subprocess
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "web" / "systemone.js").read_text()
+    fn = src[src.index("function curl("):src.index("async function decide")]
+    script = tmp_path / "curl.mjs"
+    script.write_text(f"globalThis.location = {{origin: process.argv[2]}};\n{fn}\nprocess.stdout.write(curl("
+                      '{model: "colibri-tiny", state: "It\'s raining.", questions: {rain: {type: "noul"}}}, "k"));\n')
+    with live_server("--api-key", "k-s1") as base:
+        cmd = subprocess.run(["node", str(script), base], capture_output=True, text=True, timeout=60, check=True).stdout
+        codes = [subprocess.run(["bash", "-c", cmd + " -s -o /dev/null -w '%{http_code}'"], capture_output=True, text=True,
+                                env={"PATH": "/usr/bin:/bin", "COLIBRI_API_KEY": key}, timeout=60).stdout
+                 for key in ("k-s1", "wrong")]
+    assert "$COLIBRI_API_KEY" in cmd and "k-s1" not in cmd
+    assert codes == ["200", "401"]

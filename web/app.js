@@ -225,6 +225,7 @@ form.addEventListener("submit", (ev) => {
   const text = prompt.value.trim();
   if (!text || button.disabled) return;  // one request at a time per conversation
   prompt.value = "";
+  $("prompt-note").hidden = true;
   button.disabled = true;
   send(text).finally(() => { button.disabled = false; });
 });
