@@ -40,6 +40,16 @@ class Unsupported(NotApplicable):
 CALL_MARKUP = ("<tool_call>", "<function=")
 
 
+#: finish reasons (OpenAI, Anthropic; Responses' incomplete reads as length) of a turn the token
+#: limit cut: a call in it may be unfinished, as OpenAI's own are, so its shape is no evidence
+CUT_OFF = ("length", "max_tokens")
+
+
+def cut_off() -> NotApplicable:
+    return NotApplicable("the token limit cut the turn (finish length): the call may be unfinished, as the "
+                         "official APIs return it too")
+
+
 def no_call(content: str) -> NotApplicable:
     """Why a tool-call rule has no call to judge: the model wrote none (INCONCLUSIVE), or it wrote
     one that the server handed back as text because no tool-call parser read it (UNSUPPORTED:
@@ -396,6 +406,8 @@ def arguments_json_string(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
     if not a.tool_calls:
         raise no_call(a.content)
+    if a.finish in CUT_OFF:
+        raise cut_off()
     for raw in a.raw_arguments:
         if not isinstance(raw, str) or not isinstance(_args(raw), dict):
             raise CheckFailure("arguments_json_string", "a JSON object encoded as a string", raw)
@@ -995,6 +1007,8 @@ def tool_call_made(ctx: CheckContext) -> None:
     a = _readable_answer(ctx)
     if not a.tool_calls:
         raise no_call(a.content)
+    if a.finish in CUT_OFF:
+        raise cut_off()
 
 
 def reasoning_made(ctx: CheckContext) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .checks import CheckContext, CheckFailure, NotApplicable, _stream, answer, no_call
+from .checks import CUT_OFF, CheckContext, CheckFailure, NotApplicable, _stream, answer, cut_off, no_call
 
 
 def answer_not_only_in_reasoning(ctx: CheckContext) -> None:
@@ -72,8 +72,11 @@ def tool_call_delta_pieces(ctx: CheckContext) -> None:
                 if fn.get("name"):
                     c["names"].append(fn["name"])
                 c["args"] += fn.get("arguments") or ""
+    streamed_answer = answer(ctx.exchange, ctx.endpoint)
     if not calls:
-        raise no_call(answer(ctx.exchange, ctx.endpoint).content)
+        raise no_call(streamed_answer.content)
+    if streamed_answer.finish in CUT_OFF:
+        raise cut_off()
     for idx, c in sorted(calls.items()):
         if len(set(c["ids"])) != 1:
             raise CheckFailure("tool_call_delta_pieces", f"one id for the call at index {idx}", c["ids"])
