@@ -6,7 +6,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .checks import CUT_OFF, CheckContext, CheckFailure, NotApplicable, _stream, answer, cut_off, no_call
+from .checks import (
+    CUT_OFF,
+    CheckContext,
+    CheckFailure,
+    NotApplicable,
+    Unsupported,
+    _stream,
+    answer,
+    cut_off,
+    no_call,
+)
 
 
 def answer_not_only_in_reasoning(ctx: CheckContext) -> None:
@@ -33,11 +43,20 @@ def _declared(body: dict[str, Any]) -> list[str]:
     return out
 
 
+def _unparsed(content: str) -> None:
+    """A call the model wrote and the server left in content: the server parses no calls of this
+    model (UNSUPPORTED, one cause for every tool rule), not a choice it ignored."""
+    why = no_call(content)
+    if isinstance(why, Unsupported):
+        raise why
+
+
 def tool_call_required(ctx: CheckContext) -> None:
     """`tool_choice: "required"`: the turn calls one or more of the declared tools."""
     a = answer(ctx.exchange, ctx.endpoint)
     declared = _declared(ctx.body or {})
     if not a.tool_calls:
+        _unparsed(a.content)
         raise CheckFailure("tool_call_required", f"a call to one of {declared} (tool_choice required)",
                            f"no call; content {a.content[:120]!r}")
     stray = [n for n, _ in a.tool_calls if n not in declared]
@@ -50,6 +69,7 @@ def tool_call_named(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
     name = ((ctx.body or {}).get("tool_choice") or {}).get("function", {}).get("name")
     if not a.tool_calls:
+        _unparsed(a.content)
         raise CheckFailure("tool_call_named", f"a call to {name!r} (tool_choice names it)",
                            f"no call; content {a.content[:120]!r}")
     other = [n for n, _ in a.tool_calls if n != name]

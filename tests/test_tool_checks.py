@@ -123,6 +123,9 @@ def test_a_call_returned_as_text_is_unsupported_not_inconclusive():
                                          strict=False)).outcome
 
     assert judged(text) == "UNSUPPORTED"
+    forced = {"tools": [TIME, WEATHER], "tool_choice": "required"}  # the same cause, not a choice ignored
+    with pytest.raises(Unsupported):
+        tool_call_required(ctx(text, forced))
     assert judged(msg("It is sunny in Drassa.")) == "INCONCLUSIVE"
     assert judged(msg(None, None, [("get_weather", '{"city": "Drassa"}')], finish="tool_calls")) == "PASS"
 
