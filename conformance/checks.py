@@ -108,7 +108,7 @@ def answer(ex: Exchange, endpoint: str) -> Answer:
         return _answer(ex, endpoint)
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
         raise CheckFailure("answer", f"a {endpoint} answer (unary JSON or its stream)",
-                           f"{type(e).__name__} {e} reading {ex.body[:160]!r}") from None
+                           f"{type(e).__name__} {e} reading {ex.text(160)}") from None
 
 
 def _responses_answer(ex: Exchange) -> Answer:
@@ -231,7 +231,7 @@ def _stream(ctx: CheckContext, check: str) -> list[dict[str, Any]]:
     ex = ctx.exchange
     if not ex.is_sse:
         raise CheckFailure(check, "text/event-stream (the request asked for a stream)",
-                           f"{ex.header('content-type')}: {ex.body[:120]!r}")
+                           f"{ex.header('content-type')}: {ex.text(120)}")
     try:
         return _data_events(ex)
     except ValueError as e:
@@ -252,7 +252,7 @@ def error_envelope(ctx: CheckContext) -> None:
         raise CheckFailure("error_envelope", f"a JSON body ({schema})", ex.body[:200]) from None
     errs = _schema_errors(ctx, validator(schema), doc)
     if errs:
-        raise CheckFailure("error_envelope", schema, f"{errs[0].message} in {ex.body[:200]!r}")
+        raise CheckFailure("error_envelope", schema, f"{errs[0].message} in {ex.text(200)}")
     code = ctx.expect.get("code")
     if code and code in ctx.spec.errors:
         want = ctx.spec.errors[code]
@@ -1081,7 +1081,7 @@ def evaluate(ctx: CheckContext) -> None:
     named check cannot run here."""
     ex, e = ctx.exchange, ctx.expect
     if ex.status != e["status"]:
-        raise CheckFailure("status", e["status"], f"{ex.status} {ex.body[:300]!r}")
+        raise CheckFailure("status", e["status"], f"{ex.status} {ex.text(300)}")
     if ex.status >= 400 and ("code" in e or "param" in e or "type" in e):
         try:
             doc = ex.json()

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,29 +75,21 @@ def _headers(args: argparse.Namespace) -> dict[str, str]:
 
 
 def remote_target(base_url: str, headers: dict[str, str], model: str | None, timeout: float = 120.0) -> Any:
-    """An HttpTarget whose model is `model`, else the first id the target lists. Raises
-    SystemExit with the exit code and a message a user can act on."""
-    from .exchange import HttpTarget, TransportError
+    """An HttpTarget whose model is `model`, else the first id the target lists, once the target
+    answers like an LLM API that takes the key given (conformance/first_contact.py). Raises
+    SystemExit with the exit code after one line a user can act on."""
+    from .exchange import HttpTarget
+    from .first_contact import Stop, first_contact
 
     target = HttpTarget(base_url, headers, timeout=timeout)
     target.api_key = next((v.removeprefix("Bearer ").strip() for k, v in headers.items()
                            if k.lower() == "authorization"), None)
-    if model is None:
-        try:
-            ex = target.send("GET", "/v1/models")
-        except TransportError as e:
-            print(f"colibri-conform: target unreachable: {e}", file=sys.stderr)
-            raise SystemExit(EXIT_EMPTY) from None
-        try:
-            data = ex.json().get("data") if ex.status == 200 else None
-            model = data[0]["id"] if data else None
-        except (ValueError, AttributeError, KeyError, TypeError, IndexError):
-            model = None
-        if not model:
-            print(f"colibri-conform: the target lists no model (GET /v1/models answered {ex.status}); "
-                  "name one with --model", file=sys.stderr)
-            raise SystemExit(EXIT_USAGE)
-    target.model = model
+    keyed = any(k.lower() in ("authorization", "x-api-key") for k in headers)
+    try:
+        target.model = first_contact(target, base_url, model, keyed)
+    except Stop as e:
+        print(f"colibri-conform: {e.message}", file=sys.stderr)
+        raise SystemExit(e.code) from None
     return target
 
 
@@ -106,6 +99,7 @@ def cmd_run(argv: list[str]) -> int:
     from .report import markdown, now_iso, to_json, write_html, write_junit
     from .suite import Selection, in_process_only, run_suite, skip_reason
 
+    clock = time.monotonic()  # the printed and reported duration is the whole run's wall time
     args = _run_parser().parse_args(argv)
     spec = load_spec()
     remote = bool(args.base_url)
@@ -168,31 +162,34 @@ def cmd_run(argv: list[str]) -> int:
     from .discovery import Capabilities
 
     started = now_iso()
+    t0 = time.monotonic()
     caps = Capabilities.discover(spec, probe_target)
+    discovery_seconds = time.monotonic() - t0
     if not args.quiet:
         print(f"target {label}, model {probe_target.model}: {caps.summary()}", file=sys.stderr)
     results, duration = run_suite(spec, sel, target_for, concurrency=args.concurrency, budget=args.budget,
                                   release=release, progress=progress, gate=caps.gate)
+    rules_seconds = duration
     fuzz = args.fuzz if args.fuzz is not None else (0 if remote else 20)
     harness_errors: list[str] = []
+    phases = []
     if fuzz > 0:
-        from .fuzz import property_phase, schemathesis_phase
+        from .phases import generated_phases
         from .suite import fold_findings
 
         if not args.quiet:
-            print(f"fuzzing: schemathesis and property phases, {fuzz} examples per operation", file=sys.stderr)
-        try:
-            if remote:
-                findings = schemathesis_phase(args.base_url, fuzz, headers=headers) + property_phase(
-                    spec, target, fuzz, strict=sel.strict_contract, profiles=sel.profiles)
-            else:
-                fresh = pool.target({})  # vectors with test-only state may have retired the probe's server
-                findings = schemathesis_phase(fresh.client.app, fuzz) + property_phase(
-                    spec, fresh, fuzz, strict=sel.strict_contract, profiles=sel.profiles)
-            fold_findings(results, findings)
-        except Exception as e:  # noqa: BLE001 - the fixed vectors' verdicts still stand and are reported
-            harness_errors.append(f"fuzz phase stopped: {type(e).__name__}: {e}")
-            print(f"colibri-conform: {harness_errors[-1]}", file=sys.stderr)
+            print(f"generated requests: schemathesis and property phases, {fuzz} examples per operation",
+                  file=sys.stderr)
+        if remote:
+            phases = generated_phases(spec, sel, fuzz, url=args.base_url, target=target, headers=headers)
+        else:
+            fresh = pool.target({})  # vectors with test-only state may have retired the probe's server
+            phases = generated_phases(spec, sel, fuzz, app=fresh.client.app, target=fresh)
+        for ph in phases:
+            fold_findings(results, ph.findings)
+            if ph.outcome == "ERROR":
+                harness_errors.append(ph.line())
+    duration = time.monotonic() - clock
     fixed = []
     for rr in results:
         if rr.rule.id in expectations:
@@ -209,6 +206,8 @@ def cmd_run(argv: list[str]) -> int:
     doc["expectations_now_passing"] = fixed
     if harness_errors:
         doc["harness_errors"] = harness_errors
+    if phases:
+        doc["phases"] = {ph.name: ph.to_dict() for ph in phases}
     writers = [(args.json_out, lambda p: Path(p).write_text(json.dumps(doc, indent=2, ensure_ascii=False))),
                (args.junit, lambda p: write_junit(results, Path(p))),
                (args.markdown, lambda p: Path(p).write_text(markdown(doc))),
@@ -221,7 +220,10 @@ def cmd_run(argv: list[str]) -> int:
                 print(f"colibri-conform: cannot write {dest}: {e}", file=sys.stderr)
                 return EXIT_USAGE
     s = doc["summary"]
-    print(" ".join(f"{k}={v}" for k, v in s.items()) + f"  ({duration:.1f} s)")
+    for ph in phases:
+        print(ph.line())
+    print(" ".join(f"{k}={v}" for k, v in s.items()) + f"  ({duration:.1f} s: discovery {discovery_seconds:.1f}, "
+          f"rules {rules_seconds:.1f}" + "".join(f", {ph.name} {ph.seconds:.1f}" for ph in phases) + ")")
     for rid in fixed:
         print(f"note: {rid} is listed in --expectations but now passes; remove it from the file")
     for r in doc["rules"]:
@@ -231,7 +233,8 @@ def cmd_run(argv: list[str]) -> int:
                   f"{bad.get('expected', '')} actual {bad.get('actual', bad.get('reason', ''))}"[:400])
     if s["ERROR"] and not s["PASS"] and not s["FAIL"]:
         return EXIT_EMPTY
-    return EXIT_FAIL if s["FAIL"] or s["ERROR"] else EXIT_OK
+    # A phase that broke off left part of the run untested: not a green run.
+    return EXIT_FAIL if s["FAIL"] or s["ERROR"] or harness_errors else EXIT_OK
 
 
 def cmd_matrix(argv: list[str]) -> int:
@@ -311,15 +314,14 @@ def main(argv: list[str] | None = None) -> int:
 
     sub = {"matrix": cmd_matrix, "diff": cmd_diff, "replay": cmd_replay, "compat": cmd_compat,
            "differential": cmd_differential}
-    if argv and argv[0] in sub:
-        return sub[argv[0]](argv[1:])
+    command = sub.get(argv[0]) if argv else None
     try:
-        return cmd_run(argv)
+        return command(argv[1:]) if command else cmd_run(argv)
     except SystemExit as e:
         if isinstance(e.code, str):
             print(e.code, file=sys.stderr)
             return EXIT_USAGE
-        return int(e.code or 0) if e.code in (0, None) else EXIT_USAGE
+        return int(e.code or 0)
 
 
 if __name__ == "__main__":

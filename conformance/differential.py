@@ -2,7 +2,7 @@
 each compared with a reference (rules diff.greedy.exact, diff.greedy.rounded and
 diff.logprobs.close, spec/95-differential.yaml).
 
-    colibri-conform differential --reference URL|inprocess:MODEL_PATH --base-url URL [--base-url URL ...]
+    colibri-conform differential --reference URL|inprocess:MODEL --base-url URL [--base-url URL ...]
         [--model ID] [--tolerance exact|rounded] [--json OUT] [--markdown OUT]
 
 Wire rules cannot see a server that is perfectly shaped and numerically wrong; this can. Every
@@ -79,7 +79,7 @@ def _body(prompt: dict[str, Any], model: str, max_tokens: int, endpoint: str, lo
 def _send(target: Any, endpoint: str, body: dict[str, Any]) -> Any:
     ex = target.send("POST", PATHS[endpoint], json.dumps(body).encode(), {"Content-Type": "application/json"})
     if ex.status != 200:
-        raise RuntimeError(f"{PATHS[endpoint]} answered {ex.status}: {ex.body[:200]!r}")
+        raise RuntimeError(f"{PATHS[endpoint]} answered {ex.status}: {ex.text(200)}")
     return ex.json()
 
 
@@ -497,10 +497,20 @@ def _cell(text: str) -> str:
 
 
 def _reference_target(spec: str, headers: dict[str, str]) -> tuple[Any, str]:
+    """The reference as a target; SystemExit(2) after one line when an in-process model cannot
+    be found or loaded (the names `colibri serve --model` takes are taken here too)."""
     if spec.startswith("inprocess:"):
+        from colibri.engine_errors import EngineError
+        from colibri.paths import ModelNotFound, resolve_model
+
         from .inprocess import model_target
 
-        target, svc = model_target(spec.removeprefix("inprocess:"), dequantize=True)
+        name = spec.removeprefix("inprocess:")
+        try:
+            target, svc = model_target(resolve_model(name), dequantize=True)
+        except (ModelNotFound, EngineError, OSError, ValueError) as e:
+            print(f"colibri-conform differential: --reference {spec}: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
         return target, svc.settings.model_id
     from .cli import remote_target
 
@@ -510,9 +520,11 @@ def _reference_target(spec: str, headers: dict[str, str]) -> tuple[Any, str]:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="colibri-conform differential", description=__doc__.split("\n\n")[0],
-                                 epilog="Exit 0 when every target passes, 1 when one fails, 2 on a usage error.")
+                                 epilog="Exit 0 when every target passes; 1 when one fails; 2 on a usage error (a reference model that "
+                                        "cannot be found or loaded, say); 3 when a target is unreachable or no LLM API.")
     ap.add_argument("--reference", required=True,
-                    help="the reference: a URL, or inprocess:MODEL_PATH (colibri on that model, weights expanded to F32)")
+                    help="the reference: a URL, or inprocess:MODEL (colibri on that model, weights expanded to F32; "
+                         "MODEL is what `colibri serve --model` takes: a model directory, a GGUF file, or smollm2)")
     ap.add_argument("--base-url", action="append", required=True, help="a target server (repeatable)")
     ap.add_argument("--model", help="model id on the targets (default: the first each lists)")
     ap.add_argument("--tolerance", choices=sorted(BOUNDS), default="exact",

@@ -56,7 +56,12 @@ class Exchange:
         try:
             return json.loads(self.body.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise BodyNotJson(f"{e}; body starts {self.body[:120]!r}") from None
+            raise BodyNotJson(f"{e}; body starts {self.text(120)!r}") from None
+
+    def text(self, limit: int = 200) -> str:
+        """The body as text for a message (decoded, not a bytes repr), cut at `limit` characters."""
+        text = self.body.decode("utf-8", "replace")
+        return text if len(text) <= limit else text[:limit] + "…"
 
     def _arrival(self, offset: int) -> float:
         for t, n in self.arrivals:

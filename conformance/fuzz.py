@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -55,7 +56,9 @@ def _settings(examples: int) -> Any:
                     suppress_health_check=list(HealthCheck))
 
 
-def schemathesis_phase(app_or_url: Any, examples: int = 25, *, headers: dict[str, str] | None = None) -> list[Finding]:
+def schemathesis_phase(app_or_url: Any, examples: int = 25, *, headers: dict[str, str] | None = None,
+                       cases: Counter[str] | None = None) -> list[Finding]:
+    """`cases`, when given, counts the requests sent per operation ("POST /v1/chat/completions")."""
     import schemathesis
     from schemathesis import GenerationMode
 
@@ -76,19 +79,22 @@ def schemathesis_phase(app_or_url: Any, examples: int = 25, *, headers: dict[str
         op = result.ok()  # type: ignore[union-attr]  # an operation that fails to load raises here
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             try:
-                _fuzz_operation(op, op.as_strategy(generation_mode=mode), examples, headers or {}, findings)
+                _fuzz_operation(op, op.as_strategy(generation_mode=mode), examples, headers or {}, findings,
+                                cases if cases is not None else Counter())
             except Unsatisfiable:  # e.g. negative mode on an operation with nothing to negate
                 continue
     return _dedupe(findings)
 
 
-def _fuzz_operation(op: Any, strategy: Any, examples: int, headers: dict[str, str], findings: list[Finding]) -> None:
+def _fuzz_operation(op: Any, strategy: Any, examples: int, headers: dict[str, str], findings: list[Finding],
+                    cases: Counter[str]) -> None:
     label = f"{op.method.upper()} {op.path}"
 
     @_settings(examples)
     @given(case=strategy)
     def run(case: Any) -> None:
         case.headers = {**(case.headers or {}), "Host": "localhost", **headers}
+        cases[label] += 1
         response = case.call()
         try:
             case.validate_response(response)
@@ -156,7 +162,7 @@ def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: An
     bad: list[tuple[str, str, str]] = []
     envelope = spec.endpoints[endpoint].envelope
     if ex.status >= 500:
-        return [("err.no-500-for-client-input", "no_5xx", f"{ex.status}: {ex.body[:200]!r}")]
+        return [("err.no-500-for-client-input", "no_5xx", f"{ex.status}: {ex.text(200)}")]
     if ex.status >= 400:
         schema = "error.anthropic.json" if envelope == "anthropic" else "error.openai.json"
         try:
@@ -297,21 +303,22 @@ def request_strategy(spec: Any, endpoint: str, model: str = "colibri-tiny") -> A
 
 
 def property_phase(spec: Any, target: Any, examples: int = 25, *, strict: bool = True,
-                   profiles: Any = None) -> list[Finding]:
+                   profiles: Any = None, cases: Counter[str] | None = None) -> list[Finding]:
     """Fuzz each generation endpoint served; every mutation's refusal is predicted from the
     tables (status always; code and param under the strict contract). Under the official
-    contracts only refusals of checks that are the official API's own are predicted."""
+    contracts only refusals of checks that are the official API's own are predicted. `cases`,
+    when given, counts the requests sent per endpoint path."""
     findings: list[Finding] = []
     for endpoint in ("chat", "completions", "messages", "systemone", "responses"):
         official = official_profile(spec.endpoints[endpoint])
         if not strict and profiles is not None and official not in profiles:
             continue
-        _fuzz_endpoint(spec, target, endpoint, examples, findings, strict)
+        _fuzz_endpoint(spec, target, endpoint, examples, findings, strict, cases if cases is not None else Counter())
     return _dedupe(findings)
 
 
 def _fuzz_endpoint(spec: Any, target: Any, endpoint: str, examples: int, findings: list[Finding],
-                   strict: bool) -> None:
+                   strict: bool, cases: Counter[str]) -> None:
     path = spec.endpoints[endpoint].path
     model = getattr(target, "model", None) or "colibri-tiny"
     official = official_profile(spec.endpoints[endpoint])
@@ -327,6 +334,7 @@ def _fuzz_endpoint(spec: Any, target: Any, endpoint: str, examples: int, finding
             mt = body.get(cap)
             if isinstance(mt, int) and not isinstance(mt, bool) and mt > 8:
                 body = dict(body, **{cap: 8})  # keep generation short; validity unchanged
+        cases[f"POST {path}"] += 1
         ex = target.send("POST", path, json.dumps(body).encode())
         for rule_id, name, message in (_invariants(spec, endpoint, body, ex, predicted, strict)
                                        + _stream_parity(spec, target, endpoint, body, ex)):

@@ -19,6 +19,15 @@ from .suite import OUTCOMES, RuleResult
 SCHEMA_VERSION = 1
 
 
+def as_text(value: Any, limit: int = 2000) -> str:
+    """A check's expected or actual value as a reader wants it: text as text, bytes decoded
+    (a server's body is UTF-8 text nearly always), anything else as its Python form."""
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("utf-8", "replace")
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _vector_doc(vr: Any, redact: str | None) -> dict[str, Any]:
     r = vr.result
     doc: dict[str, Any] = {"name": vr.vector.name, "mode": vr.mode, "outcome": r.outcome}
@@ -26,8 +35,8 @@ def _vector_doc(vr: Any, redact: str | None) -> dict[str, Any]:
         doc["reason"] = r.reason
     if r.failure is not None:
         doc["check"] = r.failure.check
-        doc["expected"] = repr(r.failure.expected)[:2000]
-        doc["actual"] = repr(r.failure.actual)[:2000]
+        doc["expected"] = as_text(r.failure.expected)
+        doc["actual"] = as_text(r.failure.actual)
     if r.exchange is not None and r.outcome != "PASS":
         doc["evidence"] = r.exchange.to_dict(redact)
     return doc
@@ -174,21 +183,47 @@ def discovery_lines(doc: dict[str, Any]) -> list[str]:
             for name, f in (doc.get("discovery") or {}).items()]
 
 
+def _cell(text: str, limit: int = 300) -> str:
+    """Text for one Markdown table cell: one line, pipes escaped, cut at `limit` with an ellipsis."""
+    text = " ".join(text.split())
+    text = text if len(text) <= limit else text[:limit - 1] + "…"
+    return text.replace("|", "\\|")
+
+
+def vector_detail(v: dict[str, Any]) -> str:
+    """What decided a vector, in words: the check with expected against actual, else its reason."""
+    head = f"{v['name']} [{v['mode']}]: "
+    if v.get("check"):
+        return head + f"{v['check']}: expected {v.get('expected', '')}, got {v.get('actual', '')}"
+    return head + v.get("reason", "")
+
+
 def markdown(doc: dict[str, Any]) -> str:
+    from .phases import phase_line
+
     s = doc["summary"]
     lines = [f"# colibri-conform: {doc['target']}", "",
-             f"Model `{doc.get('model', '')}`, judged by the {doc.get('contract', 'strict')} contract. "
+             f"Model `{doc.get('model', '')}`, judged by the {doc.get('contract', 'strict')} contract, "
+             f"{doc.get('duration_seconds', 0):.1f} s. "
              "Capabilities found before the run: " + "; ".join(discovery_lines(doc)) + ".", "",
              " · ".join(f"**{k}** {v}" for k, v in s.items() if v), "",
              *(f"Harness: {e}" for e in doc.get("harness_errors", [])),
-             "| rule | level | outcome | detail |", "|---|---|---|---|"]
+             *(f"- {phase_line(name, d)}" for name, d in (doc.get("phases") or {}).items()), ""]
+    rows = []
     for r in doc["rules"]:
         if r["outcome"] in ("PASS", "SKIPPED"):
             continue
         bad = next((v for v in r["vectors"] if v["outcome"] == r["outcome"]), None)
-        detail = (f"{bad['name']} [{bad['mode']}]: {bad.get('check', '')} expected {bad.get('expected', '')} "
-                  f"got {bad.get('actual', '')}" if bad else r.get("reason", ""))
-        lines.append(f"| `{r['id']}` | {r['level']} | {r['outcome']} | {detail[:300].replace('|', '/')} |")
+        detail = vector_detail(bad) if bad else r.get("reason", "")
+        rows.append(f"| `{r['id']}` | {r['level']} | {r['outcome']} | {_cell(detail)} |")
+    ran = sum(v for k, v in s.items() if k != "SKIPPED")
+    if rows:
+        lines += ["| rule | level | outcome | detail |", "|---|---|---|---|", *rows]
+    elif ran:
+        lines.append(f"All {ran} rule(s) that ran passed; {s.get('SKIPPED', 0)} skipped (not selected, or not runnable "
+                     "here).")
+    else:
+        lines.append("No rule ran.")
     lines += ["", "## Compat profile", "", "```json", json.dumps(doc["compat"], indent=2), "```", ""]
     return "\n".join(lines)
 

