@@ -53,7 +53,7 @@ def main() -> int:
     with live_server() as base:
         report = args.out / "report.json"  # a short real run for the Reports page
         subprocess.run([sys.executable, "-m", "conformance.cli", "--base-url", base, "--rule", "req.", "--rule", "ops.", "--profile", "strict", "--profile", "operations",
-                        "--strict", "--json", str(report), "-q"], check=False, cwd=ROOT)
+                        "--include-should", "--json", str(report), "-q"], check=False, cwd=ROOT)
         for theme in ("light", "dark"):
             for width, height in WIDTHS.items():
                 for name, (path, ready, fill, filled) in PAGES.items():

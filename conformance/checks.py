@@ -1055,9 +1055,32 @@ LIVE_ONLY = frozenset({"bound_to_loopback", "disconnect_cancels", "slow_client_d
                        "parser_errors_enveloped"})
 
 
+#: Why each of them cannot run in a rule run, in or out of process: what it needs beyond
+#: requests to a running server, and where it is checked instead.
+LIVE_ONLY_WHY = {
+    "bound_to_loopback": "needs to start the server itself to see the address it binds (tests/test_live_server.py)",
+    "disconnect_cancels": "needs to drop a connection mid-answer and read colibri's own slot counters "
+                          "(tests/test_disconnect.py)",
+    "slow_client_dropped": "needs a server started with a short read deadline (tests/test_admission.py)",
+    "prefix_reused_after_restart": "needs to restart the server (tests/test_kv_store.py)",
+    "tool_parser_vectors": "feeds the server's tool-call parsers directly, not over HTTP (tests/test_tool_parsers.py)",
+    "full_pool_refused_at_once": "needs a server started with one slot, no queue and one thread (tests/test_admission.py)",
+    "connection_cap_refused": "needs a server started with a small --max-client-connections (tests/test_admission.py)",
+    "idle_connection_kept": "needs a server started with a short --idle-timeout (tests/test_admission.py)",
+    "differential_agreement": "runs in `colibri-conform differential`, which compares servers on one model",
+    "template_refusal_named": "needs a model whose own template refuses some messages (tests/test_chat_template.py)",
+}
+assert set(LIVE_ONLY_WHY) == LIVE_ONLY
+
+
+def live_only_reason(names: Any) -> str:
+    """The skip reason of a vector using these LIVE_ONLY checks."""
+    return "; ".join(f"{n} {LIVE_ONLY_WHY[n]}" for n in sorted(names))
+
+
 def _live_only(name: str) -> Callable[[CheckContext], None]:
     def check(ctx: CheckContext) -> None:
-        raise NotApplicable(f"{name} runs in its own test (a live server process or a model of its own)")
+        raise NotApplicable(live_only_reason([name]))
     return check
 
 

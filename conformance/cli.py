@@ -2,14 +2,20 @@
 
     colibri-conform                                   # the in-process reference server
     colibri-conform --base-url http://host:8000/v1 --model M
+    colibri-conform --profile strict --include-should  # this project's stricter contract, SHOULD rules too
     colibri-conform matrix a.json b.json --html out/  # several servers side by side
     colibri-conform diff old.json new.json            # regressions and fixes by rule id
     colibri-conform replay RULE[VECTOR] --base-url U  # re-run one case
     colibri-conform compat REPORTS --out docs/compat  # the published matrix from the peers harness
     colibri-conform differential --reference R --base-url U  # same model, same greedy answers?
 
-Exit codes: 0 every selected MUST rule passed; 1 failures; 2 usage or configuration error;
-3 nothing selected, or the target is unreachable.
+Two different things are called strict: the `strict` profile is this project's stricter
+contract (refuse explicitly, with exact error codes and params), chosen with --profile strict;
+--include-should (formerly --strict) also runs the SHOULD rules of whatever profiles are chosen.
+
+Exit codes: 0 every selected MUST rule passed; 1 failures; 2 usage or configuration error (a
+target that wants an API key not given, say); 3 nothing selected, or the target is unreachable
+or is no LLM API.
 """
 from __future__ import annotations
 
@@ -27,11 +33,38 @@ from .suite import PROFILES_ALL as PROFILES
 from .suite import REMOTE_DEFAULT
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
+SUBCOMMANDS = ("matrix", "diff", "replay", "compat", "differential")
+USAGE = ("%(prog)s [--base-url URL] [--api-key KEY] [--model M] [--profile P ...] [--include-should] [--rule PREFIX]\n"
+         "                       [--list] [--json F] [--markdown F] [--html DIR] [--fuzz N] [other options below]\n"
+         f"       %(prog)s {{{','.join(SUBCOMMANDS)}}} ...   (see %(prog)s COMMAND --help)")
+
+
+class DeprecatedFlag(argparse.Action):
+    """An old spelling that still works, says so on stderr, and sets what its new name sets."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, const: Any = True, **kw: Any) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, nargs=0, const=const, help=f"deprecated spelling of {new}", **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog}: {option_string} is deprecated, use {self.new}", file=sys.stderr)
+        if isinstance(self.const, str):  # a profile to add
+            setattr(namespace, self.dest, (getattr(namespace, self.dest) or []) + [self.const])
+        else:
+            setattr(namespace, self.dest, self.const)
+
+
+def _version() -> str:
+    from colibri import __version__
+
+    return f"colibri-conform (colibri {__version__})"
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="colibri-conform", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="colibri-conform", description=__doc__.split("\n\n")[0], usage=USAGE,
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--version", action="version", version=_version())
     p.add_argument("--base-url", help="target server (…/v1 or the root); default: the in-process reference server")
     p.add_argument("--api-key", help="key sent as Bearer and x-api-key (default: $COLI_CONFORM_API_KEY); redacted in reports")
     p.add_argument("--model", help="model id to put in requests (default: the target's first listed model)")
@@ -39,9 +72,11 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="append", choices=PROFILES,
                    help="rule profile to run (repeatable; default for a URL: the official contracts, "
                         f"{', '.join(REMOTE_DEFAULT)}; in-process: every profile). With 'strict' selected, vectors are judged "
-                        "by this project's stricter "
-                        "contract (error codes and params too); without it, by the official APIs' contracts")
-    p.add_argument("--strict", action="store_true", help="also run SHOULD rules (a miss is NON-STRICT)")
+                        "by this project's stricter contract (error codes and params too); without it, by the official "
+                        "APIs' contracts. The differential rules run by `colibri-conform differential`, not here")
+    p.add_argument("--include-should", dest="should", action="store_true",
+                   help="also run SHOULD rules (a miss is NON-STRICT); independent of --profile strict")
+    p.add_argument("--strict", dest="should", action=DeprecatedFlag, new="--include-should")
     p.add_argument("--rule", action="append", default=[], metavar="PREFIX", help="only rules whose id starts with PREFIX")
     p.add_argument("--list", action="store_true", help="dry run: list what would run, and why each other rule is skipped")
     p.add_argument("--concurrency", type=int, default=1, help="rules run at once (default 1)")
@@ -104,14 +139,12 @@ def cmd_run(argv: list[str]) -> int:
     spec = load_spec()
     remote = bool(args.base_url)
     key = args.api_key or os.environ.get("COLI_CONFORM_API_KEY")
-    sel = Selection(profiles=args.profile or (list(REMOTE_DEFAULT) if remote else list(PROFILES)), strict=args.strict,
+    sel = Selection(profiles=args.profile or (list(REMOTE_DEFAULT) if remote else list(PROFILES)), strict=args.should,
                     prefixes=args.rule, remote=remote, api_key=bool(key))
     chosen = [r for r in spec.rules if skip_reason(r, sel) is None]
     if args.list:
         for r in spec.rules:
             why = skip_reason(r, sel) or in_process_only(r, sel)
-            if why and why.startswith("needs"):
-                why = "in-process only: " + why
             print(f"{'run ' if why is None else 'skip'} {r.id:45} {r.level:6} "
                   + (f"{len(r.vectors)} vectors" if why is None else why))
         print(f"{len(chosen)} of {len(spec.rules)} rules selected", file=sys.stderr)
@@ -200,7 +233,8 @@ def cmd_run(argv: list[str]) -> int:
     doc = to_json(results, {"target": label, "model": probe_target.model, "started": started,
                             "duration_seconds": duration,
                             "contract": "strict" if sel.strict_contract else "official",
-                            "selection": {"profiles": sel.profiles, "strict": sel.strict, "rules": sel.prefixes},
+                            "selection": {"profiles": sel.profiles, "strict": sel.strict, "include_should": sel.strict,
+                                          "rules": sel.prefixes},
                             "discovery": caps.to_dict(key)},
                   redact=key)
     doc["expectations_now_passing"] = fixed
@@ -289,7 +323,10 @@ def cmd_replay(argv: list[str]) -> int:
     p.add_argument("--header", action="append", default=[])
     p.add_argument("--api-key")
     p.add_argument("--model")
-    p.add_argument("--strict-contract", action="store_true", help="judge by this project's stricter contract")
+    p.add_argument("--profile", action="append", choices=PROFILES,
+                   help="as for a run: with 'strict', judge by this project's stricter contract; without it (the "
+                        "default), by the official APIs' contracts")
+    p.add_argument("--strict-contract", dest="profile", action=DeprecatedFlag, new="--profile strict", const="strict")
     a = p.parse_args(argv)
     spec = load_spec()
     rid, _, rest = a.case.partition("[")
@@ -300,7 +337,7 @@ def cmd_replay(argv: list[str]) -> int:
         print(f"colibri-conform replay: no case {a.case!r}", file=sys.stderr)
         return EXIT_USAGE
     target = remote_target(a.base_url, _headers(a), a.model)
-    res = run_vector(spec, rule, vector, target, a.strict_contract)
+    res = run_vector(spec, rule, vector, target, "strict" in (a.profile or []), a.profile)
     print(json.dumps({"outcome": res.outcome, "failure": str(res.failure) if res.failure else None,
                       "evidence": res.exchange.to_dict(a.api_key) if res.exchange else None}, indent=2,
                      ensure_ascii=False))

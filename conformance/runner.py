@@ -13,7 +13,17 @@ from typing import Any
 from colibri.spec.model import Vector, deep_merge
 from colibri.spec.vectors import DEFAULT_SETTINGS, LONG_PROMPT_PLACEHOLDER, MODEL, expand_model, request_for
 
-from .checks import LIVE_ONLY, CheckContext, CheckFailure, NotApplicable, Unsupported, counters, evaluate, invariants
+from .checks import (
+    LIVE_ONLY,
+    CheckContext,
+    CheckFailure,
+    NotApplicable,
+    Unsupported,
+    counters,
+    evaluate,
+    invariants,
+    live_only_reason,
+)
 from .exchange import BodyNotJson, Exchange, TransportError
 
 #: Placeholders vectors use for inputs too large to write in YAML.
@@ -140,7 +150,7 @@ def run_vector(spec: Any, rule: Any, vector: Vector, target: Any, strict: bool =
             return Result("SKIPPED", None, reason=why)
     live = set(vector.expect.get("checks", [])) & LIVE_ONLY
     if live and not getattr(target, "live", False):
-        return Result("SKIPPED", None, reason=f"needs a live server process: {', '.join(sorted(live))}")
+        return Result("SKIPPED", None, reason=live_only_reason(live))
     model = model_of(target)
     try:
         p = prepare(spec, vector, model)

@@ -17,6 +17,8 @@ PROFILES_ALL = ("openai", "strict", "anthropic", "logprobs", "tools", "reasoning
                 "operations", "continuation", "extensions", "systemone", "responses")
 #: The official contracts: what a run against a URL judges by unless --profile says otherwise.
 REMOTE_DEFAULT = ("openai", "anthropic", "systemone", "responses")
+#: Profiles whose rules a subcommand runs (they need more than one server): never selectable here.
+SUBCOMMAND_PROFILES = {"differential": "colibri-conform differential"}
 OUTCOMES = ("PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "INCONCLUSIVE", "SKIPPED", "ERROR")
 #: Codes that mean "this server cleanly does not offer that" rather than "this server is wrong".
 UNSUPPORTED_CODES = {"unsupported_parameter", "unsupported_value", "unsupported_content_type", "unsupported_role"}
@@ -40,10 +42,12 @@ class Selection:
 def skip_reason(rule: Any, sel: Selection) -> str | None:
     if sel.prefixes and not any(rule.id == p or rule.id.startswith(p.rstrip(".") + ".") for p in sel.prefixes):
         return "not selected by --rule"
+    if set(rule.profiles) <= SUBCOMMAND_PROFILES.keys():
+        return f"run by `{SUBCOMMAND_PROFILES[rule.profiles[0]]}`, not by a rule run"
     if not set(rule.profiles) & set(sel.profiles):
         return f"profiles {rule.profiles} not selected ({', '.join(sel.profiles)})"
     if rule.level == "SHOULD" and not sel.strict:
-        return "SHOULD rule: run with --strict"
+        return "SHOULD rule: run with --include-should"
     if rule.level in ("MAY", "INFO") and not sel.strict and not rule.vectors:
         return "informational"
     return None
@@ -62,7 +66,7 @@ def in_process_only(rule: Any, sel: Selection) -> str | None:
     server's settings or a live process of its own), or None."""
     if not sel.remote or not rule.vectors:
         return None
-    from .checks import LIVE_ONLY
+    from .checks import LIVE_ONLY, live_only_reason
 
     reasons = set()
     for v in rule.vectors:
@@ -70,7 +74,7 @@ def in_process_only(rule: Any, sel: Selection) -> str | None:
         live = set(v.expect.get("checks", [])) & LIVE_ONLY
         if why is None and not live:
             return None
-        reasons.add(why or f"needs a live server process of its own ({', '.join(sorted(live))})")
+        reasons.add(why or live_only_reason(live))
     return "; ".join(sorted(reasons))
 
 

@@ -273,3 +273,50 @@ def test_differential_reference_that_cannot_load_is_one_line_and_exit_2(monkeypa
                  "--base-url", "http://127.0.0.1:9/v1"]) == 2
     assert _one_line(capsys) == (f"colibri-conform differential: --reference inprocess:{tmp_path / 'notes.txt'}: "
                                  f"{tmp_path / 'notes.txt'} is not a readable GGUF file: GGUF magic invalid")
+
+
+# ---------------------------------------------------------------- item 11: names a user can tell apart
+
+
+def test_version_and_the_subcommands_in_the_usage(capsys):
+    from colibri import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"colibri-conform (colibri {__version__})\n"
+    assert main(["--help"]) == 0
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage.splitlines()[-1] == ("       colibri-conform {matrix,diff,replay,compat,differential} ...   "
+                                      "(see colibri-conform COMMAND --help)")
+    assert "[--include-should]" in usage
+
+
+def test_strict_is_a_deprecated_spelling_of_include_should(capsys):
+    assert main(["--list", "--rule", "route", "--include-should"]) == 0
+    new = capsys.readouterr()
+    assert main(["--list", "--rule", "route", "--strict"]) == 0
+    old = capsys.readouterr()
+    assert old.out == new.out and "run  route.method-not-allowed" in new.out  # a SHOULD rule, selected by both
+    assert old.err == "colibri-conform: --strict is deprecated, use --include-should\n" + new.err
+    assert main(["--list", "--rule", "route"]) == 0
+    assert "SHOULD rule: run with --include-should" in capsys.readouterr().out
+    assert main(["replay", "no.such[case]", "--base-url", "http://127.0.0.1:9", "--strict-contract"]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "colibri-conform replay: --strict-contract is deprecated, use --profile strict")
+
+
+def _reasons(capsys):
+    return {line.split()[1]: line.split(None, 3)[3] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("skip ")}
+
+
+def test_list_gives_the_real_reason_for_each_skip(capsys):
+    assert main(["--list", "--base-url", "http://127.0.0.1:9/v1", "--profile", "strict", "--profile", "operations",
+                 "--include-should"]) == 0
+    why = _reasons(capsys)
+    assert why["diff.greedy.exact"] == "run by `colibri-conform differential`, not by a rule run"
+    assert why["ops.bind.loopback-default"] == ("bound_to_loopback needs to start the server itself to see the address "
+                                                "it binds (tests/test_live_server.py)")
+    assert why["ops.keepalive.idle"] == ("idle_connection_kept needs a server started with a short --idle-timeout "
+                                         "(tests/test_admission.py)")
+    assert why["msgs.auth.x-api-key"] == "needs the target's key: run with --api-key"
+    assert not any("live server process" in w or "in-process only" in w for w in why.values())

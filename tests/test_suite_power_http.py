@@ -1,6 +1,6 @@
 """The suite's power over real HTTP: each injected defect of conformance/mutants.py sits in a
 mutating proxy in front of a live `colibri serve`, and `colibri-conform --base-url` (every
-profile, --strict, the server's key) fails exactly the expected rules that can run against a
+profile, --include-should, the server's key) fails exactly the expected rules that can run against a
 URL. A rule that needs the in-process server is not expected to fail here."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ REMOTE = Selection(profiles=list(PROFILES_ALL), strict=True, remote=True, api_ke
 
 def failed_rules(url: str, tmp_path, name: str) -> set[str]:
     out = tmp_path / f"{name}.json"
-    main(["-q", "--base-url", url, "--api-key", KEY, "--strict", "--json", str(out),
+    main(["-q", "--base-url", url, "--api-key", KEY, "--include-should", "--json", str(out),
           *[x for p in PROFILES_ALL for x in ("--profile", p)]])
     doc = json.loads(out.read_text())
     return {r["id"] for r in doc["rules"] if r["outcome"] in ("FAIL", "NON-STRICT", "ERROR")}
