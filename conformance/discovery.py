@@ -19,6 +19,10 @@ UNKNOWN_RESPONSE = "resp_00000000000000000000000000000000"
 #: Named checks that chain a child onto the response a vector created.
 CHAIN_CHECKS = {"responses_chain", "responses_chain_not_inherited", "responses_chain_cached"}
 
+_TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+_WEATHER = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "max_tokens": 100}
+
 #: probe name -> (endpoint, extra request fields, what it tells)
 PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "models": ("models", {}, "GET /v1/models lists models"),
@@ -33,9 +37,7 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
                            "POST /v1/responses looks up previous_response_id (an unknown one is not found)"),
     "streaming": ("chat", {"stream": True}, "chat streams as server-sent events"),
     "logprobs": ("chat", {"logprobs": True, "top_logprobs": 2}, "chat returns logprobs"),
-    "tools": ("chat", {"tools": [{"type": "function", "function": {
-        "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]},
-        "chat accepts tools"),
+    "tools": ("chat", {"tools": _TOOLS}, "chat accepts tools"),
     # What a client's settings depend on (the compat block of each report)
     "developer_role": ("chat", {"messages": [{"role": "developer", "content": "Answer briefly."},
                                              {"role": "user", "content": "Repeat exactly: hello"}]},
@@ -47,6 +49,17 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "zai_thinking": ("chat", {"thinking": {"type": "disabled"}}, "chat accepts thinking: {type} (Z.ai style)"),
     "stream_usage": ("chat", {"stream": True, "stream_options": {"include_usage": True}},
                      "chat streams accept stream_options.include_usage"),
+    # What the compat profile reports, found once here rather than read from whichever rules ran
+    "reasoning": ("chat", {"enable_thinking": True, "max_tokens": 60,
+                           "messages": [{"role": "user", "content": "What is the capital of Velmora?"}]},
+                  "chat returns reasoning when asked (enable_thinking), in a field of its own"),
+    "tool_choice_none": ("chat", {"tools": _TOOLS, "tool_choice": "none", **_WEATHER},
+                         "chat honours tool_choice none (no call comes back)"),
+    "tool_choice_required": ("chat", {"tools": _TOOLS, "tool_choice": "required", **_WEATHER},
+                             "chat honours tool_choice required (a call comes back)"),
+    "tool_choice_forced": ("chat", {"tools": _TOOLS, **_WEATHER,
+                                    "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+                           "chat honours a forced tool_choice (the named tool is called)"),
     "health": ("health", {}, "GET /health answers"),
     "metrics": ("metrics", {}, "GET /metrics answers Prometheus text"),
     "profile": ("profile", {}, "GET /profile (colibri extension) answers the turn profile"),
@@ -65,9 +78,12 @@ class Finding:
     status: int
     detail: str
     exchange: Exchange | None
+    value: Any = None  # what a served probe found out (the reasoning field; whether a stream ended with [DONE])
 
     def to_dict(self, redact: str | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {"state": self.state, "status": self.status, "detail": self.detail}
+        if self.value is not None:
+            d["value"] = self.value
         if self.exchange is not None and self.state != "served":
             d["evidence"] = self.exchange.to_dict(redact)
         return d
@@ -113,7 +129,8 @@ def _state(name: str, ex: Exchange) -> tuple[str, str]:
     if name in ("streaming", "stream_usage") and not ex.is_sse:
         return "ignored", "answered 200 without text/event-stream"
     if name == "streaming":
-        return "served", "200"
+        done = bool(ex.events()) and ex.events()[-1].data == "[DONE]"
+        return "served", "200, ending with [DONE]" if done else "200, without [DONE] at the end"
     if name == "stream_usage":
         events = [e for e in ex.events() if e.data != "[DONE]"]
         try:
@@ -131,11 +148,47 @@ def _state(name: str, ex: Exchange) -> tuple[str, str]:
         doc = ex.json()
     except ValueError:
         return "error", "200 with a body that is not JSON"
+    if name in ANSWER_PROBES:
+        return _answer_state(name, doc)
     if name == "logprobs":
         choices = doc.get("choices") if isinstance(doc, dict) else None
         if not (choices and isinstance(choices[0], dict) and choices[0].get("logprobs")):
             return "ignored", "200 without logprobs"
     return "served", "200"
+
+
+#: Probes judged by what the answer holds, not only by its status.
+ANSWER_PROBES = {"reasoning", "tool_choice_none", "tool_choice_required", "tool_choice_forced"}
+
+
+def _message(doc: Any) -> dict[str, Any]:
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    msg = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    return msg if isinstance(msg, dict) else {}
+
+
+def _answer_state(name: str, doc: Any) -> tuple[str, str]:
+    msg = _message(doc)
+    if name == "reasoning":
+        field = next((f for f in ("reasoning_content", "reasoning") if isinstance(msg.get(f), str) and msg[f]), None)
+        return ("served", f"reasoning in {field}") if field else ("ignored", "200 without reasoning")
+    calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
+    names = [(c.get("function") or {}).get("name") for c in calls]
+    if name == "tool_choice_none":
+        return ("served", "no call") if not calls else ("ignored", f"200 with a call of {names[0]}")
+    if name == "tool_choice_forced":
+        return ("served", "get_weather called") if "get_weather" in names else (
+            "ignored", f"200 with calls {names}" if calls else "200 without a call")
+    return ("served", f"{names[0]} called") if calls else ("ignored", "200 without a call")
+
+
+def _value(name: str, state: str, detail: str) -> Any:
+    """What the compat profile reads from a probe besides its state."""
+    if name == "reasoning" and state == "served":
+        return detail.removeprefix("reasoning in ")
+    if name == "streaming" and state == "served":
+        return detail.endswith("ending with [DONE]")
+    return None
 
 
 class Capabilities:
@@ -162,7 +215,7 @@ class Capabilities:
                 found[name] = Finding(name, "error", 0, f"{type(e).__name__}: {e}", None)
                 continue
             state, detail = _state(name, ex)
-            found[name] = Finding(name, state, ex.status, detail, ex)
+            found[name] = Finding(name, state, ex.status, detail, ex, _value(name, state, detail))
         return cls(spec, found)
 
     def _unserved(self, vector: Vector, mode: str) -> Finding | None:

@@ -94,36 +94,41 @@ def request_from_settings(settings: dict[str, Any], model: str) -> dict[str, Any
     return body
 
 
+def probed(discovery: dict[str, Any], name: str) -> bool | None:
+    """A capability as its probe found it: served, not (absent, refused, ignored, or an error
+    status), or unknown (no probe, or no answer at all)."""
+    f = discovery.get(name)
+    if not f or (f["state"] == "error" and not f.get("status")):
+        return None
+    return f["state"] == "served"
+
+
 def compat_profile(results: list[RuleResult], discovery: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a client author needs to know about the target: facts from the rules' outcomes and
-    the client settings from the capability probes."""
+    """What a client author needs to know about the target. Each capability comes from its
+    discovery probe, made the same way whatever the selection, so one server gets one profile
+    whichever profiles or contract a run chose; the remaining facts are verdicts of rules (null
+    when the rule did not run)."""
     f = _facts(results)
+    found = discovery or {}
 
     def ok(rule_id: str) -> bool | None:
         o = f.get(rule_id)
         return None if o in (None, "SKIPPED", "INCONCLUSIVE", "ERROR") else o == "PASS"
 
-    reasoning_field = None
-    for rr in results:
-        if rr.rule.id == "chat.reasoning.field":
-            for vr in rr.vectors:
-                ex = vr.result.exchange
-                if ex is not None and ex.status == 200:
-                    body = ex.body.decode("utf-8", "replace")
-                    reasoning_field = "reasoning_content" if "reasoning_content" in body else (
-                        "reasoning" if '"reasoning"' in body else reasoning_field)
+    streaming = found.get("streaming") or {}
     profile = {
-        "developer_role": ok("chat.role.developer"),
-        "max_completion_tokens": ok("req.max_completion_tokens.accepted"),
-        "usage_in_streams": ok("chat.stream.usage.final_chunk"),
-        "reasoning_field": reasoning_field,
-        "tool_choice": {"none": ok("tool_choice.none.not-offered"), "required": ok("tool_choice.required.instruction"),
-                        "forced": ok("tool_choice.forced.family-strategy")},
-        "logprobs": ok("chat.logprobs.shape"), "top_logprobs_max_32": ok("chat.top_logprobs.range"),
-        "stop_up_to_4": ok("stop.shape"), "anthropic_messages": ok("msgs.response.shape"),
-        "error_envelope_openai": ok("err.envelope.openai"), "stream_done_sentinel": ok("chat.stream.done_sentinel"),
+        "developer_role": probed(found, "developer_role"),
+        "max_completion_tokens": probed(found, "max_completion_tokens"),
+        "usage_in_streams": probed(found, "stream_usage"),
+        "reasoning_field": (found.get("reasoning") or {}).get("value"),
+        "tool_choice": {"none": probed(found, "tool_choice_none"), "required": probed(found, "tool_choice_required"),
+                        "forced": probed(found, "tool_choice_forced")},
+        "logprobs": probed(found, "logprobs"), "top_logprobs_max_32": ok("chat.top_logprobs.range"),
+        "stop_up_to_4": ok("stop.shape"), "anthropic_messages": probed(found, "messages"),
+        "error_envelope_openai": ok("err.envelope.openai"),
+        "stream_done_sentinel": streaming.get("value") if streaming.get("state") == "served" else probed(found, "streaming"),
     }
-    settings = client_settings(discovery or {})
+    settings = client_settings(found)
     profile["pi_compat"] = settings["pi_compat"]
     profile["openai_sdk"] = settings["openai_sdk"]
     return profile
@@ -266,6 +271,56 @@ def write_assets(folder: Path) -> None:
     (folder / "report.css").write_text(css)
 
 
+def ran(rule: dict[str, Any]) -> bool:
+    """The rule was selected: it has an outcome other than SKIPPED, or vectors (skipped one by one)."""
+    return rule["outcome"] != "SKIPPED" or bool(rule.get("vectors"))
+
+
+def static_report(docs: list[dict[str, Any]]) -> str:
+    """The report as plain HTML, for a reader without JavaScript (the script replaces it with
+    the interactive view): each report's head, then a table of the rules that ran, with the
+    reason for each one that did not pass. Rules not selected are counted, not listed."""
+    from .phases import phase_line
+
+    e = html.escape
+    parts = []
+    for doc in docs:
+        meta = " · ".join(x for x in (f"model {doc.get('model', '?')}", f"{doc.get('contract', 'strict')} contract",
+                                      f"started {doc['started']}" if doc.get("started") else "",
+                                      f"{doc['duration_seconds']:.1f} s" if isinstance(doc.get("duration_seconds"),
+                                                                                       int | float) else "") if x)
+        summary = " ".join(f'<span class="outcome o-{e(k)}">{e(k)}</span> {v}' for k, v in doc["summary"].items() if v)
+        parts += [f'<section class="rep-head"><h2>colibri-conform: {e(str(doc.get("target", "?")))}</h2>',
+                  f'<p class="rep-muted">{e(meta)}</p><p class="rep-summary">{summary}</p>',
+                  *(f'<p class="rep-error">harness: {e(x)}</p>' for x in doc.get("harness_errors", [])),
+                  *(f'<p class="rep-muted">{e(phase_line(n, d))}</p>' for n, d in (doc.get("phases") or {}).items()),
+                  "</section>"]
+    by_doc = [{r["id"]: r for r in doc["rules"]} for doc in docs]
+    ids = list(dict.fromkeys(r["id"] for doc in docs for r in doc["rules"] if ran(r)))
+    hidden = len({r["id"] for doc in docs for r in doc["rules"]} - set(ids))
+    heads = "".join(f"<th>{e(str(d.get('target', '?'))) if len(docs) > 1 else 'outcome'}</th>" for d in docs)
+    rows = []
+    for rid in ids:
+        first = next(m[rid] for m in by_doc if rid in m)
+        cells, why = [], []
+        for doc, m in zip(docs, by_doc, strict=True):
+            r = m.get(rid)
+            o = r["outcome"] if r else None
+            cells.append(f'<td><span class="outcome o-{e(o or "none")}">{e(o or "·")}</span></td>')
+            if r and o != "PASS":
+                bad = next((v for v in r["vectors"] if v["outcome"] == o), None)
+                text = vector_detail(bad) if bad else r.get("reason", "")
+                why.append((f"{doc.get('target', '?')}: " if len(docs) > 1 else "") + text)
+        detail = "<br>".join(e(w if len(w) <= 600 else w[:599] + "…") for w in why if w)
+        rows.append(f'<tr class="rep-rule" id="{e(rid)}"><td>{e(rid)}</td><td>{e(first["level"])}</td>{"".join(cells)}'
+                    f"<td>{e(first['title'])}</td><td>{detail}</td></tr>")
+    note = (f'<p class="rep-muted">{len(ids)} rules ran; the {hidden} not selected are not listed. With JavaScript '
+            "on, this page filters the rules and opens each one's evidence.</p>")
+    table = ('<div class="rep-scroll"><table class="rep-table"><thead><tr><th>rule</th><th>level</th>'
+             f"{heads}<th>title</th><th>why not PASS</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+    return "".join(parts) + note + table
+
+
 def report_page(docs: list[dict[str, Any]], title: str, assets: str | None = None) -> str:
     """An HTML page drawing `docs` with web/report.js, the renderer of the dashboard's Reports
     page: the reports' JSON inline, and the script and its styles inline too (a page that
@@ -280,7 +335,7 @@ def report_page(docs: list[dict[str, Any]], title: str, assets: str | None = Non
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(title)}</title>{style}"
-            "</head><body><div id=\"report\"></div>\n"
+            f"</head><body><div id=\"report\">{static_report(docs)}</div>\n"
             f"<script type=\"application/json\" id=\"report-data\">{data}</script>\n"
             f"{code}</body></html>\n")
 

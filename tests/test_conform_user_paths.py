@@ -320,3 +320,126 @@ def test_list_gives_the_real_reason_for_each_skip(capsys):
                                          "(tests/test_admission.py)")
     assert why["msgs.auth.x-api-key"] == "needs the target's key: run with --api-key"
     assert not any("live server process" in w or "in-process only" in w for w in why.values())
+
+
+# ---------------------------------------------------------------- item 10: the HTML report without JavaScript
+
+
+def test_the_html_report_is_readable_without_javascript_and_lists_only_the_rules_that_ran(tmp_path):
+    import html.parser
+
+    from conformance.report import embedded_reports, write_html
+
+    rules = [
+        {"id": "req.model.required", "title": "model <i>is</i> required", "level": "MUST", "kind": "wire",
+         "outcome": "PASS", "vectors": [{"name": "missing", "mode": "unary", "outcome": "PASS"}]},
+        {"id": "chat.reasoning.field", "title": "reasoning", "level": "MUST", "kind": "behaviour",
+         "outcome": "INCONCLUSIVE", "vectors": [{"name": "think", "mode": "unary", "outcome": "INCONCLUSIVE",
+                                                 "reason": "the model wrote no reasoning"}]},
+        {"id": "stop.shape", "title": "stop", "level": "MUST", "kind": "wire", "outcome": "FAIL",
+         "vectors": [{"name": "five", "mode": "unary", "outcome": "FAIL", "check": "status", "expected": "400",
+                      "actual": '200 {"a": "<b id=injected>"}'}]},
+        {"id": "ops.health", "title": "health", "level": "MUST", "kind": "wire", "outcome": "SKIPPED",
+         "reason": "profiles ['strict', 'operations'] not selected (openai)", "vectors": []},
+    ]
+    doc = {"schema_version": 1, "tool": "colibri-conform", "target": "http://a.test", "model": "m",
+           "contract": "official", "started": "2026-12-05T00:00:00Z", "duration_seconds": 5.9,
+           "summary": {"PASS": 1, "FAIL": 1, "INCONCLUSIVE": 1, "SKIPPED": 1}, "rules": rules,
+           "phases": {"property": {"outcome": "PASS", "cases": 2, "per_operation": {"POST /v1/chat/completions": 2},
+                                   "findings": 0, "rules": [], "seconds": 0.5}}}
+    write_html(doc, tmp_path)
+    page = (tmp_path / "index.html").read_text()
+    assert embedded_reports(page) == [doc]  # the script still gets the whole report
+
+    class Rows(html.parser.HTMLParser):
+        """The text of each table row inside div#report, as a browser without JavaScript shows it."""
+
+        def __init__(self):
+            super().__init__()
+            self.rows, self.texts, self.row, self.cell, self.depth = [], [], None, None, 0
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if a.get("id") == "report":
+                self.depth = 1
+            elif self.depth and tag == "div":
+                self.depth += 1
+            if self.depth and tag == "tr" and a.get("class") == "rep-rule":
+                self.row = []
+            if self.row is not None and tag == "td":
+                self.cell = ""
+            if tag == "b" and a.get("id") == "injected":
+                raise AssertionError("markup from a server's body became markup")
+
+        def handle_endtag(self, tag):
+            if self.depth and tag == "div":
+                self.depth -= 1
+            if tag == "td" and self.row is not None:
+                self.row.append(self.cell)
+                self.cell = None
+            if tag == "tr" and self.row is not None:
+                self.rows.append(self.row)
+                self.row = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell += data
+            elif self.depth:
+                self.texts.append(data)
+
+    p = Rows()
+    p.feed(page)
+    assert p.rows == [
+        ["req.model.required", "MUST", "PASS", "model <i>is</i> required", ""],
+        ["chat.reasoning.field", "MUST", "INCONCLUSIVE", "reasoning", "think [unary]: the model wrote no reasoning"],
+        ["stop.shape", "MUST", "FAIL", "stop", 'five [unary]: status: expected 400, got 200 {"a": "<b id=injected>"}'],
+    ]  # ops.health was not selected: not listed
+    text = " ".join(p.texts)
+    assert "colibri-conform: http://a.test" in text and "5.9 s" in text
+    assert "property phase: 2 generated requests (POST /v1/chat/completions 2), no findings (0.5 s)" in text
+    assert "3 rules ran; the 1 not selected are not listed." in text
+    # the script, when it runs, starts on the same rules: problems first, else the rules that ran
+    assert 'which.value = docs.some((d) => d.rules.some((r) => PROBLEMS.has(r.outcome))) ? "problems" : "selected"' in page
+
+
+# ---------------------------------------------------------------- item 12: one compat profile per server
+
+
+PROBED = ("developer_role", "max_completion_tokens", "usage_in_streams", "reasoning_field", "tool_choice", "logprobs",
+          "anthropic_messages", "stream_done_sentinel", "pi_compat", "openai_sdk")
+
+
+@pytest.mark.integration
+def test_the_compat_profile_is_the_same_whatever_the_selection(tmp_path):
+    docs = []
+    for i, argv in enumerate((["--profile", "anthropic", "--rule", "msgs.response.shape"],
+                              ["--profile", "openai", "--profile", "strict", "--rule", "req.n.one"],
+                              ["--profile", "reasoning", "--profile", "tools", "--include-should",
+                               "--rule", "chat.reasoning.field"])):
+        assert main(["-q", "--fuzz", "0", "--json", str(tmp_path / f"{i}.json"), *argv]) == 0
+        docs.append(json.loads((tmp_path / f"{i}.json").read_text()))
+    profiles = [{k: d["compat"][k] for k in PROBED} for d in docs]
+    assert profiles[0] == profiles[1] == profiles[2]
+    compat = docs[0]["compat"]
+    # what the reference server does (its /health says narrow-and-name for the forced choice)
+    assert compat["reasoning_field"] == "reasoning_content"
+    assert compat["tool_choice"] == {"none": True, "required": True, "forced": True}
+    assert compat["anthropic_messages"] is True and compat["openai_sdk"]["anthropic_messages"] is True
+    assert compat["stream_done_sentinel"] is True
+    assert docs[0]["discovery"]["reasoning"] == {"state": "served", "status": 200, "detail": "reasoning in reasoning_content",
+                                                 "value": "reasoning_content"}
+
+
+def test_compat_capabilities_follow_the_probes_not_the_rules():
+    from conformance.report import compat_profile
+
+    found = {"messages": {"state": "absent", "status": 404, "detail": "answers 404"},
+             "reasoning": {"state": "ignored", "status": 200, "detail": "200 without reasoning"},
+             "tool_choice_required": {"state": "refused", "status": 400, "detail": "refused with 400"},
+             "tool_choice_forced": {"state": "error", "status": 0, "detail": "transport: ReadTimeout"},
+             "streaming": {"state": "served", "status": 200, "detail": "200, without [DONE] at the end", "value": False}}
+    passed = [_rule_result("msgs.response.shape", Result("PASS", None))]  # a PASS under some selection
+    compat = compat_profile(passed, found)
+    assert compat["anthropic_messages"] is False and compat["openai_sdk"]["anthropic_messages"] is False
+    assert compat["reasoning_field"] is None and compat["stream_done_sentinel"] is False
+    assert compat["tool_choice"] == {"none": None, "required": False, "forced": None}
