@@ -443,3 +443,9 @@ def test_compat_capabilities_follow_the_probes_not_the_rules():
     assert compat["anthropic_messages"] is False and compat["openai_sdk"]["anthropic_messages"] is False
     assert compat["reasoning_field"] is None and compat["stream_done_sentinel"] is False
     assert compat["tool_choice"] == {"none": None, "required": False, "forced": None}
+
+
+def test_every_check_that_cannot_run_in_a_rule_run_says_why():
+    from conformance.checks import LIVE_ONLY, LIVE_ONLY_WHY
+
+    assert set(LIVE_ONLY_WHY) == LIVE_ONLY
