@@ -273,7 +273,7 @@ def _write_gguf(fam: FamilyExport, out: Path, gguf_type: str, say: Callable[[str
         raise ExportError(f"family {fam.id} has {len(fam.end_ids)} end tokens; GGUF metadata holds three")
     w.add_chat_template(fam.template)
     say(f"GGUF metadata: llama, {layers} layers, {heads}/{kv_heads} heads, context {cfg['max_position_embeddings']}, "
-        f"tokenizer gpt2/gpt2 ({len(tokens)} tokens, {len(_merges(doc))} merges), template {fam.template_file}")
+        f"tokenizer gpt2, pre-tokenizer gpt-2 ({len(tokens)} tokens, {len(_merges(doc))} merges), template {fam.template_file}")
 
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, layers)
     tensors = load_file(str(EMBEDDED_MODEL / "model.safetensors"))
