@@ -993,6 +993,22 @@ def stop_truncates(ctx: CheckContext) -> None:
         raise CheckFailure("stop_truncates", "finish_reason stop", got.finish)
 
 
+def _vanished(ctx: CheckContext, a: Answer) -> str | None:
+    """Why the turn lost the model's output, when it did: usage counts generated tokens, but the
+    answer has no text, no reasoning and no call (vLLM's qwen3_xml tool parser does that to a call
+    written in another syntax: neither parsed nor handed back as text)."""
+    if a.content.strip() or a.reasoning.strip() or a.tool_calls or ctx.exchange.is_sse:
+        return None
+    try:
+        usage = ctx.exchange.json().get("usage") or {}
+    except (ValueError, AttributeError):
+        return None
+    n = usage.get("completion_tokens", usage.get("output_tokens"))
+    if isinstance(n, int) and n > 0:
+        return f"{n} tokens generated ({'finish ' + str(a.finish)}), none returned: no content, no reasoning, no call"
+    return None
+
+
 def _readable_answer(ctx: CheckContext) -> Answer:
     """The answer, for a precondition: one that cannot be read at all cannot show whether the
     model did the thing (the framing rules judge the unreadable stream)."""
@@ -1006,6 +1022,9 @@ def tool_call_made(ctx: CheckContext) -> None:
     """Precondition of the tool-call rules: the model called a tool (else INCONCLUSIVE)."""
     a = _readable_answer(ctx)
     if not a.tool_calls:
+        vanished = _vanished(ctx, a)
+        if vanished:
+            raise CheckFailure("tool_call_made", "the model's output back as a call or as text", vanished)
         raise no_call(a.content)
     if a.finish in CUT_OFF:
         raise cut_off()

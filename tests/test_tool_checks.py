@@ -143,3 +143,16 @@ def test_a_call_the_token_limit_cut_is_no_evidence_of_its_shape():
     done = msg("", None, [("get_weather", '{"city":"<arg_key>city')], finish="tool_calls")
     with pytest.raises(CheckFailure):  # a finished turn with broken arguments still fails
         arguments_json_string(ctx(done))
+
+
+def test_a_call_the_parser_swallowed_fails():
+    # vLLM 0.32 --tool-call-parser qwen3_xml on the qwen-xml export: the model wrote a JSON-tags
+    # call (24 tokens) and the answer has no content, no reasoning and no call
+    from conformance.checks import tool_call_made
+
+    gone = msg(None, None) | {"usage": {"prompt_tokens": 70, "completion_tokens": 24, "total_tokens": 94}}
+    with pytest.raises(CheckFailure, match="24 tokens generated"):
+        tool_call_made(ctx(gone))
+    empty = msg(None, None) | {"usage": {"prompt_tokens": 70, "completion_tokens": 0, "total_tokens": 70}}
+    with pytest.raises(NotApplicable):  # the model wrote nothing: no evidence either way
+        tool_call_made(ctx(empty))
