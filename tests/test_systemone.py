@@ -282,7 +282,7 @@ class _Recording:
 
 def test_s1_scoring_interleaved_cancellable_a_chat_is_answered_while_questions_are_scored():
     svc = Service(Settings(kv_slots=2, n_threads=1))  # one thread: quick on a busy machine too
-    rec = _Recording(svc.scheduler.engine, pass_delay=0.03)
+    rec = _Recording(svc.scheduler.engine, pass_delay=0.08)
     svc.scheduler.engine = rec
     svc.scheduler.SCORE_PASS_TOKENS = 64  # many short passes: about one per question
     c = testing.TestClient(create_app(svc))
@@ -300,8 +300,10 @@ def test_s1_scoring_interleaved_cancellable_a_chat_is_answered_while_questions_a
         while not any(k == "score" for k, _ in rec.calls) and time.monotonic() < deadline:
             time.sleep(0.005)
         r = c.simulate_post("/v1/chat/completions", headers=HOST, json={
-            "model": "colibri-tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+            "model": "colibri-tiny", "max_tokens": 12, "temperature": 0,
+            "messages": [{"role": "user", "content": "Count from 1 to 60."}]})
         assert r.status_code == 200, r.text
+        assert r.json["usage"]["completion_tokens"] == 12
         done["chat"] = time.monotonic()
     finally:
         worker.join()
@@ -313,6 +315,10 @@ def test_s1_scoring_interleaved_cancellable_a_chat_is_answered_while_questions_a
     assert sum(t > done["chat"] for t in passes) >= 3
     decodes = [t for k, t in rec.calls if k == "decode"]
     assert decodes and passes[0] < decodes[0] < passes[-1]
+    # Decode steps get as much engine time as the passes: a pass takes 80 ms here and a step of
+    # the tiny model a few, so the chat's 12 tokens come with hardly a pass between them (one
+    # pass per step would put 11 there).
+    assert sum(decodes[0] < t < decodes[-1] for t in passes) <= 2
 
 
 def test_s1_scoring_interleaved_cancellable_a_cancelled_request_stops_between_passes():

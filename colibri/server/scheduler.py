@@ -198,6 +198,7 @@ class Scheduler:
         self.decoding: list[Task] = []
         # scoring tasks (/v1/systemone) in progress, each with the generator of its engine passes
         self.scoring: list[tuple[Task, Generator[None, None, None]]] = []
+        self.scoring_owed = 0.0  # seconds of scoring passes not yet matched by decode steps
         self.closed = False
         self.failed: str | None = None  # why the engine thread stopped, if it did
         self.thread = threading.Thread(target=self._run, name="colibri-engine", daemon=True)
@@ -432,9 +433,9 @@ class Scheduler:
     # Tokens one scoring pass computes at most (a single branch longer than this goes alone):
     # the other slots' decode steps run between two passes, so this bounds how long a chat
     # waits for its next token while a large /v1/systemone request is scored. At about ten
-    # tokens' worth of weight reading per pass, it costs a pass about 2% more than one pass
-    # holding the whole context would.
-    SCORE_PASS_TOKENS = 512
+    # tokens' worth of weight reading per pass (SHARED_MIN_SAVING's figure), a pass of 256
+    # costs some 4% more than one holding the whole context (bench/systemone_interleave.py).
+    SCORE_PASS_TOKENS = 256
 
     def _prefill_passes(self, slot: int, tokens: list[int]) -> Generator[None, None, tuple[int, Any]]:
         """Bring the slot to hold `tokens`, computing at most SCORE_PASS_TOKENS per engine call
@@ -558,10 +559,18 @@ class Scheduler:
                     self.decoding.append(task)
                 except Exception as exc:  # engine faults fail this request only
                     self._fail(task, exc)
-            self._score_passes()
+            # Scoring gets at most half the engine's time while others decode: after a round of
+            # passes, decode steps run until they have taken as long (one pass per step would
+            # give a chat one token per pass, and it would wait about as long as the scoring).
+            if self.scoring and (not self.decoding or self.scoring_owed <= 0):
+                t0 = time.perf_counter()
+                self._score_passes()
+                self.scoring_owed += time.perf_counter() - t0
             if self.step_delay:
                 time.sleep(self.step_delay)
+            t0 = time.perf_counter()
             self._step()
+            self.scoring_owed = self.scoring_owed - (time.perf_counter() - t0) if self.decoding else 0.0
 
     def _step(self) -> None:
         """Sample a token for every decoding task (one call for the batch), then advance the ones
