@@ -25,7 +25,8 @@ from typing import Any
 log = logging.getLogger("colibri.server")
 
 # What one entry costs beside its text and tokens: the entry object, the bytes and array
-# headers, the id string and the ordered dict's node (measured with tracemalloc: ~450 bytes).
+# headers, the id string and the ordered dict's node (tracemalloc over 5,000 small entries: 354
+# bytes each beside their text and tokens).
 ENTRY_OVERHEAD = 512
 
 
