@@ -14,7 +14,9 @@ def pytest_addoption(parser: Any) -> None:
     g.addoption("--api-key", default=None, help="key sent as Bearer and x-api-key")
     g.addoption("--model", default=None, help="model id for requests against --base-url")
     g.addoption("--conform-profile", action="append", default=None, help="rule profile (repeatable)")
-    g.addoption("--conform-strict", action="store_true", help="also run SHOULD rules")
+    g.addoption("--conform-include-should", "--conform-strict", dest="conform_include_should", action="store_true",
+                help="also run SHOULD rules, as colibri-conform --include-should (--conform-strict: its old "
+                     "spelling; the stricter contract is --conform-profile strict)")
 
 
 def pytest_generate_tests(metafunc: Any) -> None:
@@ -28,7 +30,7 @@ def pytest_generate_tests(metafunc: Any) -> None:
     remote = bool(cfg.getoption("--base-url"))
     sel = Selection(profiles=cfg.getoption("--conform-profile") or (
         list(REMOTE_DEFAULT) if remote else list(PROFILES_ALL)),
-                    strict=cfg.getoption("--conform-strict"), remote=remote)
+                    strict=cfg.getoption("conform_include_should"), remote=remote)
     spec = load_spec()
     rules = [r for r in spec.rules if skip_reason(r, sel) is None]
     metafunc.parametrize("rule", rules, ids=[r.id for r in rules])
@@ -46,7 +48,7 @@ def conform_env(request: Any) -> Any:
     url = cfg.getoption("--base-url")
     sel = Selection(profiles=cfg.getoption("--conform-profile") or (
         list(REMOTE_DEFAULT) if url else list(PROFILES_ALL)),
-                    strict=cfg.getoption("--conform-strict"), remote=bool(url))
+                    strict=cfg.getoption("conform_include_should"), remote=bool(url))
     if url:
         key = cfg.getoption("--api-key")
         target = remote_target(url, {"Authorization": f"Bearer {key}", "x-api-key": key} if key else {},
