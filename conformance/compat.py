@@ -377,8 +377,11 @@ def write_compat(runs: list[Run], out: Path, explanations: dict[str, dict[str, s
         verdicts = {"server": run.name, "version": run.meta.get("version"), "model": run.doc.get("model"),
                     "rules": {r["id"]: r["outcome"] for r in run.doc["rules"]}}
         (out / "verdicts" / f"{run.name}.json").write_text(json.dumps(verdicts, indent=1, sort_keys=True) + "\n")
+    # a hand-written notes.md beside the generated pages (what the matrix cannot say: which
+    # families an engine cannot parse, and why) is appended to the generated README
+    notes = (out / "notes.md").read_text() if (out / "notes.md").is_file() else ""
     (out / "README.md").write_text(readme(runs, spec, load_numerics(out / "differential"),
-                                          load_tool_verdicts(out / TOOLS_DIR)))
+                                          load_tool_verdicts(out / TOOLS_DIR)) + ("\n" + notes if notes else ""))
     (out / "html" / "index.html").write_text(matrix_html(runs, spec, load_numerics(out / "differential")))
     return missing
 
