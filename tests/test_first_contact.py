@@ -206,7 +206,7 @@ def curl(command: str, base: str) -> tuple[int, bytes, bool]:
         return e.code, e.read(), stream
 
 
-def run(argv: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def run(argv: list[str], cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
