@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -160,15 +161,17 @@ def served(cwd: Path) -> Iterator[tuple[str, list[str]]]:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     lines: list[str] = []
+    # a thread reads everything the server prints: the start-up lines, and later whatever it
+    # logs, so a full pipe never blocks it mid-run
+    threading.Thread(target=lines.extend, args=(proc.stdout,), daemon=True).start()
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 60
-        while not any(ln.startswith("colibri: serving ") for ln in lines):
-            line = proc.stdout.readline()
-            assert line or proc.poll() is None, "colibri serve exited:\n" + "".join(lines)
-            lines.append(line)
+        deadline = time.monotonic() + 120
+        while not any(ln.startswith("colibri: serving ") for ln in list(lines)):
+            assert proc.poll() is None, "colibri serve exited:\n" + "".join(lines)
             assert time.monotonic() < deadline, "colibri serve did not start:\n" + "".join(lines)
-        yield base, [ln.rstrip("\n") for ln in lines]
+            time.sleep(0.1)
+        startup = [ln.rstrip("\n") for ln in list(lines)]
+        yield base, startup
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
