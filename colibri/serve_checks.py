@@ -71,6 +71,9 @@ def model_files_problem(path: Path) -> str | None:
     if not any(path.iterdir()):
         return f"--model {path}: the folder is empty. {WHAT_MODEL_TAKES}"
     missing = [name for name in MODEL_FILES if not (path / name).is_file()]
+    ggufs = sorted(path.glob("*.gguf"))
+    if missing and ggufs:
+        return f"--model {path}: a folder of GGUF files; name the file: --model {ggufs[0]}"
     if missing:
         sharded = sorted(p.name for p in path.glob("model-*-of-*.safetensors"))
         why = (" (the weights are split into shards; merge them into one model.safetensors)"

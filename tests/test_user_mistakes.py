@@ -35,6 +35,13 @@ def _config_only(tmp: Path) -> str:
     return str(d)
 
 
+def _gguf_folder(tmp: Path) -> str:
+    d = tmp / "downloads"
+    d.mkdir()
+    (d / "tiny.Q4_1.gguf").write_bytes(b"GGUF")
+    return str(d)
+
+
 def _truncated_weights(tmp: Path) -> str:
     d = tmp / "cut"
     d.mkdir()
@@ -69,6 +76,8 @@ MISTAKES: list[tuple[str, list[str | Callable[[Path], str]], list[str]]] = [
     ("empty-folder", ["--model", _empty_dir], ["the folder is empty", "--model takes"]),
     ("partial-folder", ["--model", _config_only],
      ["the folder lacks model.safetensors, tokenizer.json (a partial download? fetch the missing files)"]),
+    ("folder-of-gguf-files", ["--model", _gguf_folder], ["a folder of GGUF files; name the file: --model ",
+                                                          "downloads/tiny.Q4_1.gguf"]),
     ("truncated-weights", ["--model", _truncated_weights],
      ["model.safetensors: truncated (100000 bytes of the 7882960 its header describes)", "fetch it again"]),
     ("not-llama", ["--model", _not_llama], ["cannot be served: not a Llama-family config (model_type='gpt2')"]),
