@@ -3,6 +3,10 @@ hostile requests of conformance/hostile.py, streams cut mid-way and clients that
 
 Usage: PYTHONPATH=. python bench/soak.py [--clients 64] [--seconds 300] [--slots 4]
                                           [--step-delay 0.01] [--json build/bench/soak.json]
+                                          [--attacks all|name,...]
+
+`--attacks` mixes in bench/attack.py's scenarios, one after another for an equal share of
+the run, from another address (127.0.0.2) while the clients above go on.
 
 The embedded model decodes tens of thousands of tokens a second, so four slots would never
 fill; `--step-delay` (the server's --debug-step-delay) paces every engine step to about a
@@ -32,6 +36,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attack import SCENARIOS, Attack  # noqa: E402
 from colibri_process import Server  # noqa: E402
 
 from conformance.hostile import HOSTILE, MODEL, verdict  # noqa: E402
@@ -223,6 +228,23 @@ def _counters(base: str) -> dict[str, float]:
     return out
 
 
+def attack_rotation(port: int, names: list[str], seconds: float, done: list[dict]) -> None:
+    """Run each named attack scenario for an equal share of `seconds`, one after another."""
+    share = seconds / len(names)
+    for name in names:
+        stop = threading.Event()
+        attack = Attack(port, stop)
+        threads = SCENARIOS[name](attack)
+        for t in threads:
+            t.start()
+        stop.wait(share)
+        stop.set()
+        attack.close_all()
+        for t in threads:
+            t.join(timeout=5)
+        done.append({"scenario": name, "seconds": round(share), "attack_connections": attack.sent})
+
+
 def _quantile(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100)[int(q * 100) - 1] if len(xs) >= 2 else (xs[0] if xs else 0.0)
 
@@ -235,7 +257,12 @@ def main() -> int:
     ap.add_argument("--read-deadline", type=float, default=5.0)
     ap.add_argument("--step-delay", type=float, default=0.01, help="seconds per engine step (pacing)")
     ap.add_argument("--json", type=Path, default=Path("build/bench/soak.json"))
+    ap.add_argument("--attacks", default="", help="bench/attack.py scenarios to mix in: all, or names")
     args = ap.parse_args()
+    attacks = list(SCENARIOS) if args.attacks == "all" else [n for n in args.attacks.split(",") if n]
+    if any(n not in SCENARIOS for n in attacks):
+        ap.error(f"--attacks: known scenarios are {', '.join(SCENARIOS)}")
+    attacked: list[dict] = []
 
     work = Path(tempfile.mkdtemp(prefix="colibri-soak-"))
     # All clients share 127.0.0.1, so the per-address cap is raised above their number.
@@ -251,6 +278,9 @@ def main() -> int:
         stop_at = start + args.seconds
         threads = [threading.Thread(target=client_loop, args=(i, server, stop_at, tally, args.read_deadline),
                                     daemon=True) for i in range(args.clients)]
+        if attacks:
+            threads.append(threading.Thread(target=attack_rotation, daemon=True,
+                                            args=(server.port, attacks, args.seconds, attacked)))
         for t in threads:
             t.start()
         rss_samples = [(0.0, rss_start)]
@@ -292,6 +322,7 @@ def main() -> int:
                     "rejected": c.get("colibri_scheduler_rejected_total", 0), "identity_holds": admitted == settled},
         "rss_mib": {"start": round(rss_start, 1), "after_30s": round(rss_warm, 1), "end": round(rss_end, 1),
                     "max": round(max(r for _, r in rss_samples + [(0, rss_end)]), 1)},
+        "attacks": attacked,
         "latency_valid_200_s": {"n": len(lat), "p50": round(_quantile(lat, 0.5), 3),
                                 "p99": round(_quantile(lat, 0.99), 3)},
     }

@@ -295,6 +295,31 @@ def test_ops_refused_no_drain_key_refusal_with_body_unsent():
             assert _read_response(s)[0] == 200
 
 
+# ------------------------------------------------------------------ ops.admission.bounded
+
+def test_ops_admission_bounded_one_address_leaves_the_spare_threads_to_others():
+    """Before: one address could take every thread (pipelined or parallel requests), and
+    /health from everyone else got 429 queue_full."""
+    import threading
+    with live_server("--threads", "6", "--kv-slots", "1", "--debug-step-delay", "0.3") as base, _sockets(0) as held:
+        slow = json.dumps({**CHAT, "max_tokens": 20}).encode()
+        for _ in range(2):  # two slow chats: this address's share (6 threads - 4 spare)
+            s = socket.create_connection(_addr(base), timeout=30)
+            held.append(s)
+            s.sendall(_request().split(b"Content-Length")[0] + b"Content-Length: %d\r\n\r\n" % len(slow) + slow)
+        time.sleep(0.5)
+        with socket.create_connection(_addr(base), timeout=10) as s:
+            start = time.monotonic()
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            status, headers, body = _read_response(s, timeout=10)
+            assert status == 429 and json.loads(body)["error"]["code"] == "queue_full"
+            assert time.monotonic() - start < 2.0 and headers["retry-after"] == "1"
+        done = []
+        threading.Thread(target=lambda: done.append(_health_time(base, source="127.0.0.2")), daemon=True).start()
+        time.sleep(2.0)
+        assert done and done[0] < 1.0  # another address is served at once
+
+
 # ------------------------------------------------------------------ ops.http-errors.envelope
 
 @pytest.mark.parametrize("raw,status,code", [

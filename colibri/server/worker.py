@@ -20,8 +20,10 @@ timeout or disconnect check reaches them. Here instead:
 - A complete request finding every thread busy gets the first thread back within
   HANDOFF_WAIT (100 ms: a thread's answer reaches its client just before the thread is free
   again), else it is answered from the event loop with 429 `queue_full`: the threads are
-  sized from the KV slots plus the admission queue plus a few spare, so a busy pool means
-  the scheduler's queue is full (rule ops.admission.bounded).
+  sized from the KV slots plus the admission queue plus four spare, so a busy pool means
+  the scheduler's queue is full (rule ops.admission.bounded). One address may hold all
+  threads but the four spare, so a client flooding requests leaves a thread for everyone
+  else's /health and chat.
 - One client address may hold at most `--max-client-connections` open connections, counted
   when a connection is accepted: one more is answered 429 `too_many_connections` and closed
   at once, so idle connections from one address cannot fill the worker's connection limit
@@ -65,6 +67,10 @@ WRITE_TIMEOUT = float(os.environ.get("COLI_WRITE_TIMEOUT", "60"))
 #: for one before it is refused, so a client sending its next request at once is served.
 HANDOFF_WAIT = 0.1
 MAX_CLIENT_CONNECTIONS = int(os.environ.get("COLI_MAX_CLIENT_CONNECTIONS", "64"))
+#: Threads kept for other addresses: one address may hold all threads but these (the pool is
+#: KV slots + queue + 4, so one client can still fill every slot and queue place, while
+#: /health and a chat from anyone else find a thread; rule ops.admission.bounded).
+SPARE_THREADS = 4
 #: A closing connection's unread bytes are drained (so its last answer is not cut off by a
 #: reset) for at most this long and this much, on the loop, without blocking it.
 LINGER = 2.0
@@ -287,6 +293,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.lingering: dict[int, Lingering] = {}  # fd -> connection being closed (oldest first)
         self.held_by: dict[str, int] = defaultdict(int)  # address -> bytes of its unfinished requests
         self.held_total = 0
+        self.busy_by: dict[str, int] = defaultdict(int)  # address -> threads its requests hold
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -487,19 +494,28 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
             except (KeyError, ValueError, OSError):
                 pass
 
+    def _share(self) -> int:
+        """Threads one address may hold at once."""
+        threads = int(self.cfg.threads)
+        return threads - SPARE_THREADS if threads > SPARE_THREADS else threads
+
+    def _may_start(self, conn: Any) -> bool:
+        return self.in_flight < self.cfg.threads and self.busy_by.get(conn.address, 0) < self._share()
+
     def _arrived(self, conn: Any) -> None:
         """A whole request is in: a thread serves it, or waits HANDOFF_WAIT for one."""
         state = self.arriving[conn.sock.fileno()]
         self._forget(conn)
         conn.sock.buffered = bytearray(state.reader.whole)
-        if self.in_flight >= self.cfg.threads:
+        if self._may_start(conn):
+            self._start(conn, state.deadline, state.reader.body_in_hand)
+        else:
             self.waiting.append(Waiting(conn, state.deadline, time.monotonic() + HANDOFF_WAIT,
                                         state.reader.body_in_hand))
-        else:
-            self._start(conn, state.deadline, state.reader.body_in_hand)
 
     def _start(self, conn: Any, deadline: float, body_in_hand: bool) -> None:
         self.in_flight += 1
+        self.busy_by[conn.address] += 1
         conn.sock.begin(deadline if deadline != float("inf") else time.monotonic() + READ_DEADLINE, body_in_hand)
         conn.data_ready = True
         fs = self.tpool.submit(self.handle, conn)
@@ -507,13 +523,20 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def _thread_done(self, conn: Any, fut: Any) -> None:
         self.in_flight -= 1
+        self.busy_by[conn.address] -= 1
+        if not self.busy_by[conn.address]:
+            del self.busy_by[conn.address]
         self.finish_request(conn, fut)
-        while self.waiting and self.in_flight < self.cfg.threads:
-            w = self.waiting.popleft()
-            self._start(w.conn, w.deadline, w.body_in_hand)
+        for w in list(self.waiting):  # the oldest waiting request that may have a thread now
+            if self.in_flight >= self.cfg.threads:
+                break
+            if self._may_start(w.conn):
+                self.waiting.remove(w)
+                self._start(w.conn, w.deadline, w.body_in_hand)
 
     def _refuse_waited(self, now: float) -> None:
-        """Requests no thread came back for within HANDOFF_WAIT: the pool is really full."""
+        """Requests no thread came back for within HANDOFF_WAIT: the pool (or the address's
+        share of it) is really full."""
         while self.waiting and self.waiting[0].until <= now:
             w = self.waiting.popleft()
             self._drop(w.conn, answer(error("queue_full", "The server is at capacity: every request thread is "
