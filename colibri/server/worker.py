@@ -79,6 +79,7 @@ MAX_LINGERING = 1024  # beyond this many closing connections, the oldest is clos
 #: Bytes of unfinished requests the loop holds, per client address and in all.
 CLIENT_BUFFER = int(os.environ.get("COLI_CLIENT_BUFFER_BYTES", str(16 * 1024 * 1024)))
 TOTAL_BUFFER = int(os.environ.get("COLI_TOTAL_BUFFER_BYTES", str(64 * 1024 * 1024)))
+ACCEPT_BATCH = 64
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
@@ -314,12 +315,21 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
     # --------------------------------------------------------------- connections in and out
 
     def accept(self, listener: Any) -> None:
-        try:
-            client, addr = listener.accept()
-        except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK, errno.EMFILE, errno.ENFILE):
-                raise
-            return
+        # Up to ACCEPT_BATCH connections per wake-up, not one: under a connection flood the
+        # listen backlog is shared with everyone else, and draining it one connection per
+        # loop turn left a well-behaved client's connection queued behind the flood.
+        for _ in range(ACCEPT_BATCH):
+            if self.nr_conns >= self.worker_connections:
+                return
+            try:
+                client, addr = listener.accept()
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK, errno.EMFILE, errno.ENFILE):
+                    raise
+                return
+            self._accepted(client, addr, listener)
+
+    def _accepted(self, client: socket.socket, addr: Any, listener: Any) -> None:
         address = addr[0] if isinstance(addr, tuple) else str(addr)
         if len(self.per_address.get(address, ())) >= MAX_CLIENT_CONNECTIONS:
             # Counted at accept, not when a request arrives: connections that never send a
