@@ -174,6 +174,7 @@ def cut_stream(base: str, rng: random.Random, tally: Tally) -> int:
 def trickle(port: int, tally: Tally, deadline: float) -> int:
     """Headers a few bytes at a time, then silence: the server must answer 408 at its deadline."""
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"model\""
+    started = time.monotonic()
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=deadline + 30) as s:
             for i in range(0, len(head), 4):
@@ -188,7 +189,9 @@ def trickle(port: int, tally: Tally, deadline: float) -> int:
         tally.add("trickle", "answered", status, problem)
         return status
     except OSError as e:
-        tally.add("trickle", "lost", problem=f"{type(e).__name__}: {e}")
+        # How long the client took matters: a client starved of CPU (attack threads share this
+        # process) may still be sending when its read deadline passes and the 408 closes it.
+        tally.add("trickle", "lost", problem=f"{type(e).__name__}: {e} after {time.monotonic() - started:.1f} s")
         return 0
 
 

@@ -41,7 +41,7 @@ OPTIONS: list[tuple[str, str, Any, Any, str]] = [
     ("--read-deadline", "COLI_READ_DEADLINE", float, 30.0,
      "seconds a client has to send a whole request (headers and body) before 408 and close"),
     ("--max-client-connections", "COLI_MAX_CLIENT_CONNECTIONS", int, 64,
-     "open connections one client address may hold; a request on one more gets 429 too_many_connections"),
+     "open connections one client address may hold; one more is answered 429 too_many_connections and closed as it is accepted"),
     ("--kv-dir", "COLI_KV_DIR", str, None,
      "keep KV slot state in this folder so a restart reuses cached prefixes (default: off)"),
     ("--responses-max", "COLI_RESPONSES_MAX", int, 1000,

@@ -641,7 +641,8 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
                     self._drop(conn)
             elif state.deadline <= now:
                 self._refuse(conn, "request_timeout")
-        for fd, lingering in list(self.lingering.items()):
+        while self.lingering:  # oldest first: stop at the first one still in its time
+            fd, lingering = next(iter(self.lingering.items()))
             if lingering.until > now:
-                break  # oldest first: the rest are younger
+                break
             self._end_linger(fd)
