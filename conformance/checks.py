@@ -262,6 +262,19 @@ def error_envelope(ctx: CheckContext) -> None:
             raise CheckFailure("error_envelope", f"type {exp_type}", got_type)
 
 
+#: A server that sheds load says so with these; they judge its capacity, not the request.
+OVERLOAD_STATUSES = {503, 529}
+
+
+def no_server_error(ctx: CheckContext) -> None:
+    """The client built this request: whatever it holds, the answer is not the server's fault
+    (an overload answer and a vector that injects a fault on purpose aside)."""
+    ex = ctx.exchange
+    if 500 <= ex.status < 600 and ex.status not in OVERLOAD_STATUSES and int(ctx.vector.expect["status"]) < 500:
+        raise CheckFailure("no_server_error", "a status below 500 (a named 4xx for a fault in the request)",
+                           f"{ex.status} {ex.body[:200]!r}")
+
+
 def _schema_errors(ctx: CheckContext, v: Any, doc: Any) -> list[Any]:
     """Schema errors that count under the run's contract. Under the official ones, extra keys
     and id prefixes are no client's business, and a key left out where the schema allows null
@@ -481,6 +494,36 @@ def stream_equals_unary(ctx: CheckContext) -> None:
         raise CheckFailure("stream_equals_unary", u, s)
 
 
+def _count(u: Any, key: str) -> int:
+    v = u.get(key) if isinstance(u, dict) else None
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise CheckFailure("anthropic_usage", f"usage.{key}: a non-negative integer", u)
+    return v
+
+
+def anthropic_usage(ctx: CheckContext) -> None:
+    """Anthropic's usage, in the mode the request asked for: unary, `usage` with input_tokens and
+    output_tokens; a stream, message_start's message.usage.input_tokens and message_delta's
+    usage.output_tokens. The counts agree with the request: never more output than max_tokens."""
+    body = ctx.body or {}
+    if body.get("stream"):
+        events = _stream(ctx, "anthropic_usage")  # JSON for stream: true is no stream at all
+        starts = [e for e in events if e.get("type") == "message_start"]
+        deltas = [e for e in events if e.get("type") == "message_delta"]
+        if not starts or not deltas:
+            raise CheckFailure("anthropic_usage", "a message_start and a message_delta carrying usage",
+                               [e.get("type") for e in events][:12])
+        _count((starts[0].get("message") or {}).get("usage"), "input_tokens")
+        output = _count(deltas[-1].get("usage"), "output_tokens")
+    else:
+        u = ctx.exchange.json().get("usage")
+        _count(u, "input_tokens")
+        output = _count(u, "output_tokens")
+    budget = body.get("max_tokens")
+    if isinstance(budget, int) and output > budget:
+        raise CheckFailure("anthropic_usage", f"output_tokens at most max_tokens ({budget})", output)
+
+
 def anthropic_event_order(ctx: CheckContext) -> None:
     _stream(ctx, "anthropic_event_order")
     names = [e.event for e in ctx.exchange.events() if e.event != "ping"]
@@ -506,9 +549,13 @@ def anthropic_event_order(ctx: CheckContext) -> None:
         raise CheckFailure("anthropic_event_order", "every block stopped", f"block {open_index} open")
 
 
+REASONING_MARKUP = ("<think>", "</think>")
+TOOL_CALL_MARKUP = ("<tool_call>", "</tool_call>")
+
+
 def reasoning_not_in_content(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
-    for marker in ("<think>", "</think>", "<tool_call>", "</tool_call>"):
+    for marker in REASONING_MARKUP + TOOL_CALL_MARKUP:
         if marker in a.content:
             raise CheckFailure("reasoning_not_in_content", f"no {marker} in content", a.content)
 
@@ -1018,6 +1065,23 @@ def _readable_answer(ctx: CheckContext) -> Answer:
         raise NotApplicable(f"the answer could not be read ({f.actual})") from None
 
 
+def stop_text_generated(ctx: CheckContext) -> None:
+    """Precondition of the stop rules that judge what happens around a match: the same request
+    without its stop sequences (unary) writes one of them, or ends in a start of one (the text a
+    stream holds back); else the rule was never exercised (a canned reply, a model that wrote
+    something else) and passing it would say nothing."""
+    stops = [s for s in _stops(ctx.body) if s]
+    assert ctx.body is not None
+    probe = {k: v for k, v in ctx.body.items() if k not in ("stop", "stop_sequences", "stream", "stream_options")}
+    free = ctx.resend(probe)
+    if free.status != 200:
+        raise CheckFailure("stop_text_generated", "200 for the same request without stop", free.status)
+    text = answer(free, ctx.endpoint).content.rstrip()
+    if not any(s in text or any(text.endswith(s[:n]) for n in range(1, len(s))) for s in stops):
+        raise NotApplicable(f"without a stop sequence the answer is {text[:80]!r}: it neither contains nor ends "
+                            f"in a start of any of {stops}, so nothing had to be cut or held back")
+
+
 def tool_call_made(ctx: CheckContext) -> None:
     """Precondition of the tool-call rules: the model called a tool (else INCONCLUSIVE)."""
     a = _readable_answer(ctx)
@@ -1028,6 +1092,22 @@ def tool_call_made(ctx: CheckContext) -> None:
         raise no_call(a.content)
     if a.finish in CUT_OFF:
         raise cut_off()
+
+
+def tool_call_attempted(ctx: CheckContext) -> None:
+    """Precondition of a rule about where call markup goes: a call was parsed, or its markup
+    reached content (the leak such a rule fails; it is no reason to call the run vacuous)."""
+    a = _readable_answer(ctx)
+    if not a.tool_calls and not any(m in a.content for m in TOOL_CALL_MARKUP):
+        raise NotApplicable("the model made no tool call and wrote no call markup")
+
+
+def reasoning_attempted(ctx: CheckContext) -> None:
+    """Precondition of a rule about where reasoning goes: the answer carries reasoning, or its
+    markup reached content."""
+    a = _readable_answer(ctx)
+    if not a.reasoning.strip() and not any(m in a.content for m in REASONING_MARKUP):
+        raise NotApplicable("the answer carries no reasoning and no reasoning markup (the model did not reason)")
 
 
 def reasoning_made(ctx: CheckContext) -> None:
@@ -1061,7 +1141,8 @@ def stream_error_event(ctx: CheckContext) -> None:
 
 #: Checks evaluate runs before the JSON expectations: the model must have done what the rest
 #: of the vector is about.
-PRECONDITIONS = ("tool_call_made", "reasoning_made")
+PRECONDITIONS = ("tool_call_made", "reasoning_made", "stop_text_generated", "tool_call_attempted",
+                 "reasoning_attempted")
 
 
 #: Checks that need a live server process (sockets, restarts) or a model of their own, run by
@@ -1111,14 +1192,15 @@ def _live_only(name: str) -> Callable[[CheckContext], None]:
 
 
 CHECKS: dict[str, Callable[[CheckContext], None]] = {f.__name__: f for f in (
-    error_envelope, response_schema, usage_arithmetic, one_finish_reason, role_first, done_sentinel, sse_framing,
+    error_envelope, no_server_error, response_schema, usage_arithmetic, one_finish_reason, role_first, done_sentinel, sse_framing,
     usage_chunk_last, tool_call_delta_index, arguments_json_string, logprob_join, text_offset_chars, no_stop_text,
-    stream_equals_unary, anthropic_event_order, reasoning_not_in_content, request_id_header,
+    stream_equals_unary, anthropic_usage, anthropic_event_order, reasoning_not_in_content, request_id_header,
     prompt_has_required_instruction, prompt_forced_tool_applied, reasoning_present, reasoning_absent,
     continuation_not_repeated, prompt_ends_with_generation_cue, prompt_specials_literal, no_replacement_char, keepalive_seen, repeatable,
     scheduler_accounting, metrics_series, metrics_unchanged, profile_turns, tool_calls_offered, tool_markup_offered,
     tool_names_declared, model_listed,
-    finish_matches_usage, budget_respected, stop_truncates, tool_call_made, reasoning_made, stream_one_id,
+    finish_matches_usage, budget_respected, stop_truncates, stop_text_generated, tool_call_made, tool_call_attempted,
+    reasoning_attempted, reasoning_made, stream_one_id,
     stream_error_event, finish_consistent, systemone_complete, systemone_choice, systemone_score, systemone_noul,
     systemone_entropy, systemone_usage, systemone_prefix_reused, systemone_labels)}
 for _name in LIVE_ONLY:
@@ -1169,43 +1251,17 @@ def evaluate(ctx: CheckContext) -> None:
             CHECKS[name](ctx)
 
 
-#: The always-on invariants: check name -> (endpoint -> the rule that states it).
-INVARIANT_OWNERS: dict[str, dict[str, str]] = {
-    "error_envelope": {"chat": "err.envelope.openai", "completions": "err.envelope.openai",
-                       "models": "err.envelope.openai", "model": "err.envelope.openai",
-                       "messages": "err.envelope.anthropic", "responses": "err.envelope.openai",
-                       "response": "err.envelope.openai"},
-    "response_schema": {"chat": "chat.response.shape", "completions": "cmpl.response.shape",
-                        "messages": "msgs.response.shape", "models": "models.list",
-                        "systemone": "s1.answers.complete", "responses": "resp.response.shape",
-                        "response": "resp.store.retrieve"},
-    "sse_framing": {"chat": "stream.sse.framing", "completions": "stream.sse.framing",
-                    "responses": "resp.stream.sequence"},
-    "responses_usage": {"responses": "resp.response.shape"},
-    "responses_stream_sequence": {"responses": "resp.stream.sequence"},
-    "responses_stream_brackets": {"responses": "resp.stream.brackets"},
-    "responses_stream_assembly": {"responses": "resp.stream.assembly"},
-    "stream_one_id": {"chat": "stream.chunk.same-id", "completions": "stream.chunk.same-id"},
-    "anthropic_event_order": {"messages": "msgs.stream.event_order"},
-    "usage_arithmetic": {"chat": "gen.usage.counts", "completions": "gen.usage.counts"},
-    "systemone_complete": {"systemone": "s1.answers.complete"},
-    "systemone_choice": {"systemone": "s1.choice.answer"},
-    "systemone_score": {"systemone": "s1.score.answer"},
-    "systemone_noul": {"systemone": "s1.noul.answer"},
-}
-
-
 def invariants(ctx: CheckContext) -> list[tuple[str, CheckFailure]]:
     """Run the invariants of spec/checks.yaml that apply to this response, whatever the vector
-    is about; each failure is returned with the rule that states the invariant (not the
-    vector's own rule, whose verdict stays its own)."""
+    is about; each failure is returned with the rule whose `invariant` field states it on this
+    endpoint (not the vector's own rule, whose verdict stays its own)."""
     ex, ep = ctx.exchange, ctx.spec.endpoints[ctx.endpoint]
     path_ok = ex.path == ep.path or (ctx.endpoint == "model" and ex.path.startswith("/v1/models/"))
     if not path_ok or ex.method != ep.method or ex.status == 0:
         return []
     names: list[str] = []
     if 400 <= ex.status < 600:
-        names.append("error_envelope")
+        names += ["error_envelope", "no_server_error"]
     elif ex.status == 200 and ex.is_sse and _ends_in_error(ex):
         names.append("sse_framing")  # a stream that failed after its 200: stream.error-after-commit judges it
     elif ex.status == 200 and ex.is_sse and ctx.endpoint == "responses":
@@ -1227,8 +1283,9 @@ def invariants(ctx: CheckContext) -> list[tuple[str, CheckFailure]]:
                         strict=ctx.strict)
     out = []
     for name in names:
-        owner = INVARIANT_OWNERS[name].get(ctx.endpoint)
-        if owner is None or owner == ctx.vector.rule_id or owner not in ctx.spec.by_id:
+        rule = ctx.spec.invariant_owner(name, ctx.endpoint)  # spec/: the rule's `invariant` field
+        owner = rule.id if rule is not None else None
+        if owner is None or owner == ctx.vector.rule_id:
             continue
         try:
             CHECKS[name](bare)

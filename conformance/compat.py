@@ -9,12 +9,14 @@ server matrix by topic), NAME.md (each non-PASS rule with the curl that reproduc
 reviewed explanation from explanations.yaml), html/ (the matrix, each cell linking to its
 evidence) and verdicts/NAME.json (rule -> outcome: what CI compares a fresh run against). The
 numerics column comes from differential/summary.json, which bench/peers/differential.py
-writes there with a page per server.
+writes there with a page per server. A server published in OUT with no report in REPORTS_DIR
+keeps its column: its last report is read back from the HTML page that embeds it.
 """
 from __future__ import annotations
 
 import html
 import json
+import re
 import shlex
 import shutil
 import sys
@@ -63,6 +65,32 @@ def load_runs(reports: Path) -> list[Run]:
         report = reports / f"{name}.json"
         if report.exists():
             runs.append(Run(name, json.loads(report.read_text()), json.loads(meta_file.read_text())))
+    return runs
+
+
+def carried_runs(out: Path, fresh: set[str]) -> list[Run]:
+    """The runs OUT publishes for servers that did not run this time, read back from the report
+    each one's HTML page embeds: regenerating after a run of a few peers keeps the others'
+    columns (as they were judged then) instead of dropping them."""
+    from .report import embedded_reports
+
+    runs = []
+    for f in sorted((out / "verdicts").glob("*.json")) if (out / "verdicts").is_dir() else []:
+        page = out / "html" / f.stem / "index.html"
+        if f.stem in fresh or not page.is_file():
+            continue
+        docs = embedded_reports(page.read_text())
+        if len(docs) != 1:
+            continue
+        published = json.loads(f.read_text())
+        meta = {"name": f.stem, "version": published.get("version"), "model": published.get("model"), "carried": True}
+        wall = published.get("wall_seconds")
+        if wall is None and (out / f"{f.stem}.md").is_file():  # pages written before verdicts kept it
+            m = re.search(r", run \S+ in (\d+) s\.", (out / f"{f.stem}.md").read_text())
+            wall = int(m.group(1)) if m else None
+        if wall is not None:
+            meta["wall_seconds"] = wall
+        runs.append(Run(f.stem, docs[0], meta))
     return runs
 
 
@@ -375,6 +403,7 @@ def write_compat(runs: list[Run], out: Path, explanations: dict[str, dict[str, s
         shutil.rmtree(out / "html" / run.name / "evidence", ignore_errors=True)  # pages before the renderer drew them
         write_html(run.doc, out / "html" / run.name, assets="../")
         verdicts = {"server": run.name, "version": run.meta.get("version"), "model": run.doc.get("model"),
+                    "wall_seconds": run.meta.get("wall_seconds"),
                     "rules": {r["id"]: r["outcome"] for r in run.doc["rules"]}}
         (out / "verdicts" / f"{run.name}.json").write_text(json.dumps(verdicts, indent=1, sort_keys=True) + "\n")
     # a hand-written notes.md beside the generated pages (what the matrix cannot say: which
@@ -429,6 +458,10 @@ def main(argv: list[str]) -> int:
         return 1 if diffs else 0
     if not a.out:
         p.error("give --out or --check")
+    carried = carried_runs(a.out, {r.name for r in runs})
+    for r in carried:
+        print(f"kept from {a.out} (not in {a.reports}): {r.name}, run {r.doc.get('started', '?')}", file=sys.stderr)
+    runs = sorted(runs + carried, key=lambda r: f"{r.name}.meta.json")  # the order load_runs gives
     missing = write_compat(runs, a.out, load_explanations(a.explanations or a.out / "explanations"), load_spec())
     if a.readme and not update_readme(a.readme, runs, load_numerics(a.out / "differential"),
                                       load_tool_verdicts(a.out / TOOLS_DIR)):

@@ -33,6 +33,7 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "render": ("render", {}, "POST /v1/render (colibri extension) answers"),
     "systemone": ("systemone", {}, "POST /v1/systemone (System One decisions) answers"),
     "responses": ("responses", {}, "POST /v1/responses (OpenAI Responses) answers"),
+    "response": ("response", {}, "GET /v1/responses/{id} looks a stored response up (an unknown id is not found)"),
     "responses_chaining": ("responses", {"previous_response_id": UNKNOWN_RESPONSE},
                            "POST /v1/responses looks up previous_response_id (an unknown one is not found)"),
     "streaming": ("chat", {"stream": True}, "chat streams as server-sent events"),
@@ -67,8 +68,12 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
 #: The endpoints whose absence makes every vector sent to them UNSUPPORTED.
 ENDPOINT_PROBES = {"models": "models", "model": "model", "chat": "chat", "completions": "completions",
                    "messages": "messages", "render": "render", "health": "health", "metrics": "metrics",
-                   "systemone": "systemone", "responses": "responses", "response": "responses",
+                   "systemone": "systemone", "responses": "responses", "response": "response",
                    "profile": "profile"}
+#: Named checks that read a created response back through GET/DELETE /v1/responses/{id}.
+RETRIEVE_CHECKS = {"responses_retrieve", "responses_not_stored", "responses_delete", "responses_store_evicts"}
+#: A path no server serves, beside the retrieve route: what "no such route" looks like on the target.
+UNKNOWN_ROUTE = "/v1/colibri-no-such-route/" + UNKNOWN_RESPONSE
 
 
 @dataclass
@@ -110,6 +115,27 @@ def _chaining_state(ex: Exchange) -> tuple[str, str]:
     if ex.status == 200:
         return "ignored", "an unknown previous_response_id answered 200"
     return "error", f"answers {ex.status}"
+
+
+def _same_answer(a: Exchange, b: Exchange) -> bool:
+    """Two answers alike but for the path each names (a router's "Cannot GET /x" echoes it)."""
+    return a.status == b.status and a.body.replace(a.path.encode(), b"") == b.body.replace(b.path.encode(), b"")
+
+
+def _retrieve_state(ex: Exchange, target: Any) -> tuple[str, str]:
+    """GET of an unknown response id: a 404 is the right answer when the route exists, and the
+    router's answer when it does not; an unknown route's answer tells the two apart."""
+    if ex.status in (405, 501):
+        return "absent", f"answers {ex.status}"
+    if ex.status != 404:
+        return _state("response_lookup", ex)
+    try:
+        other = target.send("GET", UNKNOWN_ROUTE, None, {})
+    except Exception:  # noqa: BLE001 - without the comparison the 404 is taken as the id's
+        return "served", "an unknown id is not found (404)"
+    if _same_answer(ex, other):
+        return "absent", f"answers {ex.status} exactly as an unknown route ({UNKNOWN_ROUTE}) does: no such route"
+    return "served", "an unknown id is not found (404)"
 
 
 def _state(name: str, ex: Exchange) -> tuple[str, str]:
@@ -206,15 +232,16 @@ class Capabilities:
             body = None
             if ep.method == "POST":
                 body = json.dumps(deep_merge(expand_model(ep.minimal_request, model), extra)).encode()
+            path = ep.path.replace("{model}", model).replace("{response_id}", UNKNOWN_RESPONSE)
             try:
-                ex = target.send(ep.method, ep.path.replace("{model}", model), body, {})
+                ex = target.send(ep.method, path, body, {})
             except TransportError as e:
                 found[name] = Finding(name, "error", 0, f"transport: {e}", e.exchange)
                 continue
             except Exception as e:  # noqa: BLE001 - a probe never stops the run
                 found[name] = Finding(name, "error", 0, f"{type(e).__name__}: {e}", None)
                 continue
-            state, detail = _state(name, ex)
+            state, detail = _retrieve_state(ex, target) if name == "response" else _state(name, ex)
             found[name] = Finding(name, state, ex.status, detail, ex, _value(name, state, detail))
         return cls(spec, found)
 
@@ -226,6 +253,14 @@ class Capabilities:
         f = self.findings.get(probe) if probe else None
         if f is not None and f.state == "absent":
             return f
+        # Reading a response back needs the retrieve route as well as the create one: without
+        # it the cause is one absent route (route.unknown-path judges its 404), not a FAIL of
+        # every rule that reads back.
+        retrieves = vector.endpoint == "response" or bool(RETRIEVE_CHECKS & set(vector.expect.get("checks", [])))
+        if retrieves and not custom:
+            for name in ("responses", "response"):
+                if (f := self.findings.get(name)) is not None and f.state == "absent":
+                    return f
         req = vector.request or {}
         chains = vector.endpoint == "responses" and (
             "previous_response_id" in req or bool(CHAIN_CHECKS & set(vector.expect.get("checks", []))))

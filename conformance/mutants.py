@@ -273,8 +273,9 @@ MUTANTS: dict[str, tuple[Callable[[WSGIApp], WSGIApp], set[str]]] = {
     "role-chunk-missing": (lambda a: _rewrite(a, response=_sse_response(_no_role_chunk)), {"chat.stream.role-first"}),
     "anthropic-out-of-order": (lambda a: _rewrite(a, response=_sse_response(_anthropic_out_of_order)),
                                {"msgs.stream.event_order", "msgs.stream.stop_reason.tool_use"}),
+    # A 500 on another rule's vector breaks the invariant err.no-500-for-client-input states too.
     "500-for-malformed-json": (lambda a: _rewrite(a, response=_server_error_on_bad_json),
-                               {"body.json.invalid", "body.json.limits"}),
+                               {"body.json.invalid", "body.json.limits", "err.no-500-for-client-input"}),
     "top-logprobs-33-accepted": (lambda a: _rewrite(a, request=_clamp_top_logprobs), {"chat.top_logprobs.range"}),
     "request-id-missing": (lambda a: _rewrite(a, response=_drop_header("x-request-id")), {"err.request-id"}),
     "n-ignored": (lambda a: _rewrite(a, request=_drop_keys("n")), {"req.n.one"}),

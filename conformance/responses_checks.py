@@ -37,6 +37,10 @@ def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+
+
 def responses_usage(ctx: CheckContext) -> None:
     doc = _doc(ctx, "responses_usage")
     u = doc.get("usage")
@@ -53,8 +57,12 @@ def responses_usage(ctx: CheckContext) -> None:
     if not (_int(cached) and _int(reasoning)):
         raise CheckFailure("responses_usage", "input_tokens_details.cached_tokens and "
                            "output_tokens_details.reasoning_tokens, integers", u)
-    if not _int(doc.get("created_at")):
-        raise CheckFailure("responses_usage", "created_at an integer (Unix seconds)", doc.get("created_at"))
+    # OpenAI's reference types created_at as a number (transformers serve 5.25 sends a float);
+    # this project's stricter contract keeps whole seconds.
+    created = doc.get("created_at")
+    if not (_int(created) if ctx.strict else _number(created)):
+        raise CheckFailure("responses_usage", "created_at an integer (Unix seconds)" if ctx.strict else
+                           "created_at a non-negative number (Unix seconds)", created)
 
 
 def responses_echo(ctx: CheckContext) -> None:

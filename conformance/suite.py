@@ -226,10 +226,19 @@ def run_suite(spec: Any, sel: Selection, target_for: Callable[[Vector], Any], *,
 INVARIANT_EXAMPLES = 3
 
 
+def _request_key(ex: Any) -> tuple[str, str, bytes | None]:
+    return ex.method, ex.path, ex.request_body
+
+
 def fold_invariants(results: list[RuleResult]) -> None:
     """Failures of the always-on invariants count against the rule that states the invariant
     (when that rule was selected), as extra vectors named after the response that showed them."""
     by_id = {rr.rule.id: rr for rr in results if rr.outcome != "SKIPPED" or rr.vectors}
+    # A rule that borrows another rule's request as its own vector has judged that exchange
+    # already: the same request is charged to it once, not again as a borrowed breach.
+    own = {rr.rule.id: {_request_key(vr.result.exchange) for vr in rr.vectors
+                        if vr.result.exchange is not None and vr.result.outcome in ("FAIL", "NON-STRICT")}
+           for rr in by_id.values()}
     kept: dict[tuple[str, str], int] = {}
     for rr in list(results):
         for vr in rr.vectors:
@@ -237,6 +246,8 @@ def fold_invariants(results: list[RuleResult]) -> None:
                 owner = by_id.get(owner_id)
                 key = (owner_id, failure.check)
                 if owner is None or kept.get(key, 0) >= INVARIANT_EXAMPLES:
+                    continue
+                if vr.result.exchange is not None and _request_key(vr.result.exchange) in own[owner_id]:
                     continue
                 kept[key] = kept.get(key, 0) + 1
                 vec = copy.copy(vr.vector)

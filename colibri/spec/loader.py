@@ -45,6 +45,12 @@ class Spec:
     endpoints: dict[str, Endpoint]
     named_checks: dict[str, dict[str, Any]]
     compiled: list[CompiledCheck] = field(default_factory=list)
+    #: rules with an `invariant` field, in file order
+    invariant_rules: list[Rule] = field(default_factory=list)
+
+    def invariant_owner(self, check: str, endpoint: str) -> Rule | None:
+        """The rule that states named check `check` as an invariant of every exchange on `endpoint`."""
+        return next((r for r in self.invariant_rules if endpoint in r.invariant.get(check, ())), None)
 
     @cached_property
     def rules(self) -> list[Rule]:
@@ -154,6 +160,7 @@ def build(root: Path, docs: dict[str, tuple[Any, LineMap]], problems: list[Probl
                 topic=data.get("topic", Path(rel).stem), file=rel, line=lines.line(raw), raw=raw,
                 families=raw.get("families"), trials=raw.get("trials", 1), checks=raw.get("checks", []),
             )
+            problems += _invariant(spec, rule, raw.get("invariant"), rel, lines)
             for c in rule.checks:
                 try:
                     cc = compile_check(rule.id, c, rule.endpoints)
@@ -169,6 +176,25 @@ def build(root: Path, docs: dict[str, tuple[Any, LineMap]], problems: list[Probl
         spec.topics.append(Topic(data.get("topic", Path(rel).stem), data.get("title", rel),
                                  data.get("description", ""), rel, rules))
     return spec
+
+
+def _invariant(spec: Spec, rule: Rule, inv: dict[str, Any] | None, rel: str, lines: LineMap) -> list[Problem]:
+    """Record the invariant a rule states; each (check, endpoint) has one owner, or a breach
+    would be charged twice."""
+    if not inv:
+        return []
+    out = []
+    for name in inv["checks"]:
+        if name not in spec.named_checks:
+            out.append(Problem(rel, lines.line(inv), f"{rule.id}: invariant check {name!r} is not in checks.yaml"))
+            continue
+        rule.invariant[name] = list(inv.get("endpoints") or rule.endpoints)
+        for ep in rule.invariant[name]:
+            other = spec.invariant_owner(name, ep)
+            if other is not None:
+                out.append(Problem(rel, lines.line(inv), f"{rule.id}: {other.id} already owns invariant {name} on {ep}"))
+    spec.invariant_rules.append(rule)
+    return out
 
 
 def _vector(rule: Rule, v: dict[str, Any]) -> Vector:

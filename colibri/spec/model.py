@@ -90,6 +90,8 @@ class Rule:
     trials: int = 1
     checks: list[dict[str, Any]] = field(default_factory=list)
     vectors: list[Vector] = field(default_factory=list)
+    #: named check -> endpoints: an invariant of every exchange this rule states (spec field `invariant`)
+    invariant: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def segments(self) -> list[str]:

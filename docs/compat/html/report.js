@@ -115,11 +115,15 @@ function renderReports(root, docs, opts = {}) {
   const rules = new Map();
   for (const doc of docs) for (const r of doc.rules) if (!rules.has(r.id)) rules.set(r.id, r);
   const outcomes = docs.map((d) => new Map(d.rules.map((r) => [r.id, r.outcome])));
+  // Rules a run selected: an outcome other than SKIPPED, or vectors skipped one by one. The
+  // rest (other profiles, SHOULD rules without --include-should) are listed only on request.
+  const selected = new Set(docs.flatMap((d) => d.rules.filter((r) => r.outcome !== "SKIPPED" || r.vectors?.length).map((r) => r.id)));
   const q = el("input", { type: "search", placeholder: "rule id or title", size: 30, className: "rep-q" });
   const which = el("select", { className: "rep-which" }, [
-    el("option", { value: "problems", textContent: "FAIL, ERROR, NON-STRICT" }), el("option", { value: "", textContent: "every outcome" }),
+    el("option", { value: "problems", textContent: "FAIL, ERROR, NON-STRICT" }),
+    el("option", { value: "selected", textContent: "rules that ran" }), el("option", { value: "", textContent: "every rule" }),
     ...OUTCOMES.map((o) => el("option", { value: o, textContent: o }))]);
-  which.value = docs.some((d) => d.rules.some((r) => PROBLEMS.has(r.outcome))) ? "problems" : "";
+  which.value = docs.some((d) => d.rules.some((r) => PROBLEMS.has(r.outcome))) ? "problems" : "selected";
   const count = el("span", { className: "rep-muted" });
   const body = el("tbody");
   const table = el("table", { className: "rep-table" }, [el("thead", {}, [el("tr", {}, [
@@ -147,7 +151,8 @@ function renderReports(root, docs, opts = {}) {
     const shown = [...rules.values()].filter((r) => {
       const os = outcomes.map((m) => m.get(r.id));
       if (want === "problems" && !os.some((o) => PROBLEMS.has(o))) return false;
-      if (want && want !== "problems" && !os.includes(want)) return false;
+      if (want === "selected" && !selected.has(r.id)) return false;
+      if (want && want !== "problems" && want !== "selected" && !os.includes(want)) return false;
       const hay = `${r.id} ${r.title}`.toLowerCase();
       return words.every((w) => hay.includes(w));
     });
