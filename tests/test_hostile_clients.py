@@ -133,6 +133,27 @@ def test_ops_loop_never_waits_half_closed_client_gets_its_answer():
         assert json.loads(body)["object"] == "chat.completion"
 
 
+def test_ops_loop_never_waits_a_short_wait_stays_short():
+    """A wait the caller sets itself (gunicorn's drain after an answer, its graceful close)
+    is honoured. Before: the socket wrapper reset it to the request's whole remaining read
+    deadline, so a 2 s close waited up to 30 s."""
+    from colibri.server.worker import RequestSocket
+
+    a, b = socket.socketpair()
+    try:
+        wrapped = RequestSocket(a)
+        wrapped.begin(time.monotonic() + 30, True)
+        wrapped.setblocking(True)
+        wrapped.settimeout(0.2)
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):
+            wrapped.recv(10)
+        assert time.monotonic() - start < 1.0
+    finally:
+        a.close()
+        b.close()
+
+
 # ------------------------------------------------------------------ ops.body.every-framing
 
 def _chunked_head(path: str) -> bytes:
