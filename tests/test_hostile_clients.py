@@ -23,7 +23,9 @@ from live_server import live_server
 pytestmark = pytest.mark.integration
 
 CHAT = {"model": "colibri-tiny", "messages": [{"role": "user", "content": "Repeat exactly: ok"}], "max_tokens": 4}
-MESSAGES = {"model": "colibri-tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+#: "Not stalled": the faults these tests pin stalled others for the read deadline (30 s) or
+#: for good; a bound well under that and well over a loaded machine's scheduling delays.
+STALL = 5.0
 
 
 def _addr(base: str) -> tuple[str, int]:
@@ -117,7 +119,7 @@ def test_ops_loop_never_waits_on_a_client_that_neither_reads_nor_closes(request_
         s.sendall(request_bytes)
         assert select.select([s], [], [], 30)[0], "no answer within 30 s"
         # the answer is out; the client neither reads it nor closes
-        assert _health_time(base) < 1.0
+        assert _health_time(base) < STALL
 
 
 def test_ops_loop_never_waits_half_closed_client_gets_its_answer():
@@ -148,7 +150,7 @@ def test_ops_loop_never_waits_a_short_wait_stays_short():
         start = time.monotonic()
         with pytest.raises(TimeoutError):
             wrapped.recv(10)
-        assert time.monotonic() - start < 1.0
+        assert time.monotonic() - start < STALL
     finally:
         a.close()
         b.close()
@@ -184,7 +186,7 @@ def test_ops_body_every_framing_chunked_body_over_the_limit_is_413(path, envelop
             assert doc == {"type": "error", "error": {"type": "request_too_large",
                                                       "message": "The request body exceeds the 4 MiB limit."}}
         assert headers["connection"] == "close"
-        assert _health_time(base) < 1.0
+        assert _health_time(base) < STALL
 
 
 def test_ops_body_every_framing_one_declared_chunk_over_the_limit_is_refused_at_once():
@@ -257,7 +259,7 @@ def test_ops_connections_cap_at_accept_idle_sockets_cannot_lock_others_out():
         for _ in range(1000):
             held.append(socket.create_connection(_addr(base), timeout=10))
         time.sleep(0.5)
-        assert _health_time(base, source="127.0.0.2") < 1.0
+        assert _health_time(base, source="127.0.0.2") < STALL
         extra = held[-1]  # beyond the cap: answered 429 as soon as it speaks
         extra.sendall(_request())
         status, headers, body = _read_response(extra, timeout=5)
@@ -321,7 +323,6 @@ def test_ops_refused_no_drain_key_refusal_with_body_unsent():
 def test_ops_admission_bounded_one_address_leaves_the_spare_threads_to_others():
     """Before: one address could take every thread (pipelined or parallel requests), and
     /health from everyone else got 429 queue_full."""
-    import threading
     with live_server("--threads", "6", "--kv-slots", "1", "--debug-step-delay", "0.3") as base, _sockets(0) as held:
         slow = json.dumps({**CHAT, "max_tokens": 20}).encode()
         for _ in range(2):  # two slow chats: this address's share (6 threads - 4 spare)
@@ -335,10 +336,7 @@ def test_ops_admission_bounded_one_address_leaves_the_spare_threads_to_others():
             status, headers, body = _read_response(s, timeout=10)
             assert status == 429 and json.loads(body)["error"]["code"] == "queue_full"
             assert time.monotonic() - start < 2.0 and headers["retry-after"] == "1"
-        done = []
-        threading.Thread(target=lambda: done.append(_health_time(base, source="127.0.0.2")), daemon=True).start()
-        time.sleep(2.0)
-        assert done and done[0] < 1.0  # another address is served at once
+        assert _health_time(base, source="127.0.0.2") < STALL  # another address is served
 
 
 # ------------------------------------------------------------------ ops.http-errors.envelope
