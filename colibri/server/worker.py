@@ -113,9 +113,13 @@ def _path(buf: bytes | bytearray) -> bytes:
 def parser_refusal(exc: BaseException) -> str | None:
     """The error-table code for an exception gunicorn's request parser raised (None: not a
     refusal of the request, an application failure)."""
-    if isinstance(exc, (http_errors.InvalidResponseHeader, http_errors.InvalidResponseHeaderName,
-                        http_errors.ConfigurationProblem)):
-        return None  # the application's or the configuration's fault, not the request's
+    # The application's or the configuration's fault, not the request's (looked up by name:
+    # older gunicorn releases lack some of these classes).
+    app_faults = tuple(getattr(http_errors, name) for name in
+                       ("InvalidResponseHeader", "InvalidResponseHeaderName", "ConfigurationProblem")
+                       if hasattr(http_errors, name))
+    if isinstance(exc, app_faults):
+        return None
     for kinds, code in _PARSER_REFUSALS:
         if isinstance(exc, kinds):
             return code
