@@ -513,3 +513,19 @@ def test_system_one_curl_as_shown_runs_in_a_shell_with_the_key_variable(tmp_path
                  for key in ("k-s1", "wrong")]
     assert "$COLIBRI_API_KEY" in cmd and "k-s1" not in cmd
     assert codes == ["200", "401"]
+
+
+def test_dashboard_folder_is_open_on_a_key_protected_server():
+    """The dashboard's own files hold no data and carry the key field: behind --api-key, "/ui/"
+    (which falcon hands over as "/ui") answers the page like "/ui/index.html", not 401; the API stays closed."""
+    import falcon.testing
+
+    from colibri.server.app import create_app
+    from colibri.server.service import Service, Settings
+
+    client = falcon.testing.TestClient(create_app(Service(Settings(kv_slots=1, api_key="k"))))
+    for path in ("/ui/", "/ui", "/ui/index.html"):
+        r = client.simulate_get(path, headers={"Host": "127.0.0.1"})
+        assert r.status_code == 200 and "<!doctype html>" in r.text, path
+    r = client.simulate_get("/v1/models", headers={"Host": "127.0.0.1"})
+    assert r.status_code == 401 and r.json["error"]["code"] == "invalid_api_key"

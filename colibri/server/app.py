@@ -157,8 +157,10 @@ class Auth:
 
     def process_request(self, req: Any, resp: Any) -> None:
         req.context.authed = self.authorised(req)
+        # The dashboard's static files are public (they hold no data); falcon hands "/ui/" over as
+        # "/ui", so both spellings of its folder are open, as every file under it is.
         if req.method != "OPTIONS" and not req.context.authed and req.path not in self.OPEN \
-                and not req.path.startswith("/ui/"):
+                and req.path != "/ui" and not req.path.startswith("/ui/"):
             raise error("invalid_api_key")
 
 
