@@ -61,6 +61,12 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "tool_choice_forced": ("chat", {"tools": _TOOLS, **_WEATHER,
                                     "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
                            "chat honours a forced tool_choice (the named tool is called)"),
+    "top_logprobs_20": ("chat", {"logprobs": True, "top_logprobs": 20},
+                        "chat returns logprobs with top_logprobs 20 (the official maximum)"),
+    "stop_list": ("chat", {"stop": ["\n\n", "END", "###", "User:"]},
+                  "chat accepts stop as a list of 4 strings (the official maximum)"),
+    "error_envelope": ("chat", {"messages": "not a list"},
+                       "chat refuses an invalid request with OpenAI's error envelope ({error: {message, type}})"),
     "health": ("health", {}, "GET /health answers"),
     "metrics": ("metrics", {}, "GET /metrics answers Prometheus text"),
     "profile": ("profile", {}, "GET /profile (colibri extension) answers the turn profile"),
@@ -138,9 +144,26 @@ def _retrieve_state(ex: Exchange, target: Any) -> tuple[str, str]:
     return "served", "an unknown id is not found (404)"
 
 
+def _envelope_state(ex: Exchange) -> tuple[str, str]:
+    """An invalid request: refused in OpenAI's envelope is what the probe looks for."""
+    if ex.status == 200:
+        return "ignored", "an invalid request answered 200"
+    if not 400 <= ex.status < 500:
+        return "error", f"answers {ex.status}"
+    try:
+        err = ex.json().get("error")
+    except (ValueError, AttributeError):
+        err = None
+    if isinstance(err, dict) and isinstance(err.get("message"), str) and isinstance(err.get("type"), str):
+        return "served", f"refused with {ex.status} in the error envelope"
+    return "refused", f"refused with {ex.status}, without the error envelope"
+
+
 def _state(name: str, ex: Exchange) -> tuple[str, str]:
     if name == "responses_chaining":
         return _chaining_state(ex)
+    if name == "error_envelope":
+        return _envelope_state(ex)
     if ex.status in (404, 405, 501):
         return "absent", f"answers {ex.status}"
     if name in OPTIONAL_ENDPOINTS and ex.status >= 500:
@@ -176,7 +199,7 @@ def _state(name: str, ex: Exchange) -> tuple[str, str]:
         return "error", "200 with a body that is not JSON"
     if name in ANSWER_PROBES:
         return _answer_state(name, doc)
-    if name == "logprobs":
+    if name in ("logprobs", "top_logprobs_20"):
         choices = doc.get("choices") if isinstance(doc, dict) else None
         if not (choices and isinstance(choices[0], dict) and choices[0].get("logprobs")):
             return "ignored", "200 without logprobs"

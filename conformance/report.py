@@ -42,10 +42,6 @@ def _vector_doc(vr: Any, redact: str | None) -> dict[str, Any]:
     return doc
 
 
-def _facts(results: list[RuleResult]) -> dict[str, str]:
-    return {rr.rule.id: rr.outcome for rr in results}
-
-
 def client_settings(discovery: dict[str, Any]) -> dict[str, Any]:
     """The settings a client needs for the target, from what its probes accepted: pi's `compat`
     flags and the OpenAI SDK's choices. A request built from them (`request_from_settings`)
@@ -103,18 +99,11 @@ def probed(discovery: dict[str, Any], name: str) -> bool | None:
     return f["state"] == "served"
 
 
-def compat_profile(results: list[RuleResult], discovery: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a client author needs to know about the target. Each capability comes from its
-    discovery probe, made the same way whatever the selection, so one server gets one profile
-    whichever profiles or contract a run chose; the remaining facts are verdicts of rules (null
-    when the rule did not run)."""
-    f = _facts(results)
+def compat_profile(discovery: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a client author needs to know about the target. Every fact comes from a discovery
+    probe, made the same way whatever the selection, so one server gets one profile whichever
+    profiles or contract a run chose (the rule verdicts are in the report's rules, not here)."""
     found = discovery or {}
-
-    def ok(rule_id: str) -> bool | None:
-        o = f.get(rule_id)
-        return None if o in (None, "SKIPPED", "INCONCLUSIVE", "ERROR") else o == "PASS"
-
     streaming = found.get("streaming") or {}
     profile = {
         "developer_role": probed(found, "developer_role"),
@@ -123,9 +112,9 @@ def compat_profile(results: list[RuleResult], discovery: dict[str, Any] | None =
         "reasoning_field": (found.get("reasoning") or {}).get("value"),
         "tool_choice": {"none": probed(found, "tool_choice_none"), "required": probed(found, "tool_choice_required"),
                         "forced": probed(found, "tool_choice_forced")},
-        "logprobs": probed(found, "logprobs"), "top_logprobs_max_32": ok("chat.top_logprobs.range"),
-        "stop_up_to_4": ok("stop.shape"), "anthropic_messages": probed(found, "messages"),
-        "error_envelope_openai": ok("err.envelope.openai"),
+        "logprobs": probed(found, "logprobs"), "top_logprobs_20": probed(found, "top_logprobs_20"),
+        "stop_up_to_4": probed(found, "stop_list"), "anthropic_messages": probed(found, "messages"),
+        "error_envelope_openai": probed(found, "error_envelope"),
         "stream_done_sentinel": streaming.get("value") if streaming.get("state") == "served" else probed(found, "streaming"),
     }
     settings = client_settings(found)
@@ -142,7 +131,7 @@ def to_json(results: list[RuleResult], meta: dict[str, Any], redact: str | None 
         "rules": [{"id": rr.rule.id, "title": rr.rule.title, "level": rr.rule.level, "kind": rr.rule.kind,
                    "outcome": rr.outcome, **({"reason": rr.reason} if rr.reason else {}),
                    "vectors": [_vector_doc(v, redact) for v in rr.vectors]} for rr in results],
-        "compat": compat_profile(results, meta.get("discovery")),
+        "compat": compat_profile(meta.get("discovery")),
     }
 
 

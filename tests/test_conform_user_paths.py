@@ -404,8 +404,6 @@ def test_the_html_report_is_readable_without_javascript_and_lists_only_the_rules
 # ---------------------------------------------------------------- item 12: one compat profile per server
 
 
-PROBED = ("developer_role", "max_completion_tokens", "usage_in_streams", "reasoning_field", "tool_choice", "logprobs",
-          "anthropic_messages", "stream_done_sentinel", "pi_compat", "openai_sdk")
 
 
 @pytest.mark.integration
@@ -417,14 +415,14 @@ def test_the_compat_profile_is_the_same_whatever_the_selection(tmp_path):
                                "--rule", "chat.reasoning.field"])):
         assert main(["-q", "--fuzz", "0", "--json", str(tmp_path / f"{i}.json"), *argv]) == 0
         docs.append(json.loads((tmp_path / f"{i}.json").read_text()))
-    profiles = [{k: d["compat"][k] for k in PROBED} for d in docs]
-    assert profiles[0] == profiles[1] == profiles[2]
+    assert docs[0]["compat"] == docs[1]["compat"] == docs[2]["compat"]  # every field, none from a rule's verdict
     compat = docs[0]["compat"]
     # what the reference server does (its /health says narrow-and-name for the forced choice)
     assert compat["reasoning_field"] == "reasoning_content"
     assert compat["tool_choice"] == {"none": True, "required": True, "forced": True}
     assert compat["anthropic_messages"] is True and compat["openai_sdk"]["anthropic_messages"] is True
     assert compat["stream_done_sentinel"] is True
+    assert compat["top_logprobs_20"] is True and compat["stop_up_to_4"] is True and compat["error_envelope_openai"] is True
     assert docs[0]["discovery"]["reasoning"] == {"state": "served", "status": 200, "detail": "reasoning in reasoning_content",
                                                  "value": "reasoning_content"}
 
@@ -437,11 +435,28 @@ def test_compat_capabilities_follow_the_probes_not_the_rules():
              "tool_choice_required": {"state": "refused", "status": 400, "detail": "refused with 400"},
              "tool_choice_forced": {"state": "error", "status": 0, "detail": "transport: ReadTimeout"},
              "streaming": {"state": "served", "status": 200, "detail": "200, without [DONE] at the end", "value": False}}
-    passed = [_rule_result("msgs.response.shape", Result("PASS", None))]  # a PASS under some selection
-    compat = compat_profile(passed, found)
+    compat = compat_profile(found)
     assert compat["anthropic_messages"] is False and compat["openai_sdk"]["anthropic_messages"] is False
     assert compat["reasoning_field"] is None and compat["stream_done_sentinel"] is False
     assert compat["tool_choice"] == {"none": None, "required": False, "forced": None}
+    # no probe answered: unknown, whatever rules passed
+    assert compat["top_logprobs_20"] is None and compat["stop_up_to_4"] is None and compat["error_envelope_openai"] is None
+
+
+def test_error_envelope_probe_reads_the_refusal():
+    from conformance.discovery import _state
+    from conformance.exchange import Exchange
+
+    def ex(status, body):
+        return Exchange("POST", "/v1/chat/completions", {}, b"{}", status, {"content-type": "application/json"},
+                        json.dumps(body).encode() if not isinstance(body, bytes) else body)
+
+    envelope = {"error": {"message": "'messages' must be an array", "type": "invalid_request_error"}}
+    assert _state("error_envelope", ex(400, envelope))[0] == "served"
+    assert _state("error_envelope", ex(422, {"detail": [{"loc": ["body", "messages"]}]})) == (
+        "refused", "refused with 422, without the error envelope")
+    assert _state("error_envelope", ex(200, {"choices": []}))[0] == "ignored"
+    assert _state("error_envelope", ex(500, b"Internal Server Error"))[0] == "error"
 
 
 def test_every_check_that_cannot_run_in_a_rule_run_says_why():
