@@ -11,40 +11,13 @@ import time
 
 import pytest
 from live_server import live_server
+from raw_http import CHAT
+from raw_http import addr as _addr
+from raw_http import read_response as _read_response
+from raw_http import request as _request
 
 pytestmark = pytest.mark.integration
 
-CHAT = {"model": "colibri-tiny", "messages": [{"role": "user", "content": "Repeat exactly: ok"}], "max_tokens": 4}
-
-
-def _addr(base: str) -> tuple[str, int]:
-    host, port = base.split("//")[1].split(":")
-    return host, int(port)
-
-
-def _request(path: str = "/v1/chat/completions", body: dict | None = None, extra: str = "") -> bytes:
-    data = json.dumps(body or CHAT).encode()
-    return (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n{extra}\r\n").encode() + data
-
-
-def _read_response(s: socket.socket, timeout: float = 30) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP/1.1 response with a Content-Length body, read from a raw socket."""
-    s.settimeout(timeout)
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = s.recv(65536)
-        assert chunk, f"connection closed before a response: {buf!r}"
-        buf += chunk
-    head, rest = buf.split(b"\r\n\r\n", 1)
-    lines = head.decode().split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-    n = int(headers.get("content-length", "0"))
-    while len(rest) < n:
-        chunk = s.recv(65536)
-        assert chunk
-        rest += chunk
-    return int(lines[0].split()[1]), headers, rest[:n]
 
 
 def _error_code(body: bytes) -> str:
@@ -208,9 +181,7 @@ def test_framings_through_the_event_loop_reader():
             s.sendall(head + b"\r\n\r\n")
             time.sleep(0.3)
             s.sendall(body)
-            status, _, raw = _read_response(s)
-            if status == 100:  # an interim answer, then the real one
-                status, _, raw = _read_response(s)
+            status, _, raw = _read_response(s)  # the interim 100 Continue, if any, is skipped
             assert status == 200, raw
             req = _request()
             for i in range(0, len(req), 7):

@@ -19,48 +19,16 @@ from collections.abc import Iterator
 
 import pytest
 from live_server import live_server
+from raw_http import CHAT
+from raw_http import addr as _addr
+from raw_http import read_response as _read_response
+from raw_http import request as _request
 
 pytestmark = pytest.mark.integration
 
-CHAT = {"model": "colibri-tiny", "messages": [{"role": "user", "content": "Repeat exactly: ok"}], "max_tokens": 4}
 #: "Not stalled": the faults these tests pin stalled others for the read deadline (30 s) or
 #: for good; a bound well under that and well over a loaded machine's scheduling delays.
 STALL = 5.0
-
-
-def _addr(base: str) -> tuple[str, int]:
-    host, port = base.split("//")[1].split(":")
-    return host, int(port)
-
-
-def _request(path: str = "/v1/chat/completions", body: dict | None = None, extra: str = "") -> bytes:
-    data = json.dumps(body or CHAT).encode()
-    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\n{extra}\r\n").encode() + data
-
-
-def _read_response(s: socket.socket, timeout: float = 30) -> tuple[int, dict[str, str], bytes]:
-    """One final HTTP/1.1 response (interim 1xx answers skipped) from a raw socket."""
-    s.settimeout(timeout)
-    buf = b""
-    while True:
-        while b"\r\n\r\n" not in buf:
-            chunk = s.recv(65536)
-            assert chunk, f"connection closed before a response: {buf!r}"
-            buf += chunk
-        head, rest = buf.split(b"\r\n\r\n", 1)
-        lines = head.decode("latin-1").split("\r\n")
-        status = int(lines[0].split()[1])
-        if 100 <= status < 200:
-            buf = rest
-            continue
-        headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-        n = int(headers.get("content-length", "0"))
-        while len(rest) < n:
-            chunk = s.recv(65536)
-            assert chunk
-            rest += chunk
-        return status, headers, rest[:n]
 
 
 def _health_time(base: str, source: str = "127.0.0.1") -> float:
