@@ -688,6 +688,7 @@ METRIC_FAMILIES = {
     "colibri_scheduler_max_queue": "gauge", "colibri_scheduler_admitted": "counter",
     "colibri_scheduler_completed": "counter", "colibri_scheduler_failed": "counter",
     "colibri_scheduler_rejected": "counter", "colibri_scheduler_timed_out": "counter",
+    "colibri_scheduler_abandoned": "counter",
     "colibri_scheduler_cancelled": "counter", "colibri_scheduler_queue_wait_seconds": "histogram",
     "colibri_scheduler_slot_duration_seconds": "histogram", "colibri_scheduler_first_output_seconds": "histogram",
     "colibri_scheduler_engine_call_seconds": "histogram"}

@@ -72,3 +72,26 @@ def test_a_broken_engine_loop_fails_pending_work_with_engine_failed_and_refuses_
         assert s.snapshot()["active"] == 0
     finally:
         s.close()
+
+
+def test_ops_health_accounting_a_client_gone_while_queued_is_abandoned_not_cancelled():
+    """A request whose client leaves while it waits for the only slot was never admitted: it is
+    counted abandoned, so admitted = completed + failed + cancelled still holds once idle (the
+    soak with bench/attack.py's abandoned scoring requests found it counted cancelled)."""
+    import pytest
+
+    from colibri.server.scheduler import ClientGone
+
+    s = Scheduler(Model().engine(n_slots=1), n_slots=1, step_delay=0.01)
+    try:
+        holder = Task(prompt=PROMPT, max_new=40, end_tokens=frozenset(), temperature=0.0)
+        s.admit(holder)
+        gone = Task(prompt=PROMPT, max_new=4, end_tokens=frozenset(), temperature=0.0, client_gone=lambda: True)
+        with pytest.raises(ClientGone):
+            s.admit(gone)
+        collect(holder)
+        snap = s.snapshot()
+        assert (snap["abandoned"], snap["cancelled"]) == (1, 0)
+        assert snap["active"] == 0 and snap["admitted"] == snap["completed"] + snap["failed"] + snap["cancelled"] == 1
+    finally:
+        s.close()

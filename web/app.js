@@ -53,7 +53,7 @@ async function refresh() {
       table("scheduler", [["active / capacity", `${s.active} / ${s.capacity}`],
         ["queued / max", `${s.queued} / ${s.max_queue}`], ["admitted", s.admitted], ["completed", s.completed],
         ["failed", s.failed], ["rejected (queue full)", s.rejected], ["timed out", s.timed_out],
-        ["cancelled", s.cancelled]]);
+        ["cancelled", s.cancelled], ["abandoned in the queue", s.abandoned]]);
       $("capabilities").replaceChildren(...Object.entries(health.capabilities).map(([k, v]) =>
         el("li", { textContent: `${k}: ${v}` })));
     }

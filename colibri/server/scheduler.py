@@ -148,7 +148,11 @@ class Metrics:
         self.failed = Counter(p + "failed", "Admitted requests that raised an error", registry=r)
         self.rejected = Counter(p + "rejected", "Queue-full refusals", registry=r)
         self.timed_out = Counter(p + "timed_out", "Queue timeouts", registry=r)
-        self.cancelled = Counter(p + "cancelled", "Requests cancelled before or during admitted work", registry=r)
+        self.cancelled = Counter(p + "cancelled", "Admitted requests cancelled by their client", registry=r)
+        # A client that leaves while its request waits for a slot was never admitted: counted apart,
+        # so that admitted = completed + failed + cancelled holds (rule ops.health.accounting).
+        self.abandoned = Counter(p + "abandoned", "Requests whose client left while they waited for a slot",
+                                 registry=r)
         self.queue_wait = Histogram(p + "queue_wait_seconds", "Wait until admission (admitted requests)",
                                     buckets=BUCKETS, registry=r)
         self.slot_duration = Histogram(p + "slot_duration_seconds", "Slot occupancy until release",
@@ -260,7 +264,7 @@ class Scheduler:
                         if self.closed:
                             raise error("engine_failed" if self.failed else "scheduler_closed")
                         if task.cancelled or (task.client_gone is not None and task.client_gone()):
-                            self.metrics.cancelled.inc()
+                            self.metrics.abandoned.inc()
                             raise ClientGone()
                         if time.monotonic() >= deadline:
                             self.metrics.timed_out.inc()
@@ -298,7 +302,8 @@ class Scheduler:
             return {"active": len(self.busy), "queued": len(self.waiters), "capacity": self.n_slots,
                     "max_queue": self.max_queue, "queue_timeout_seconds": self.queue_timeout,
                     **{k: int(self.metrics.registry.get_sample_value(f"colibri_scheduler_{k}_total") or 0)
-                       for k in ("admitted", "completed", "failed", "rejected", "timed_out", "cancelled")}}
+                       for k in ("admitted", "completed", "failed", "rejected", "timed_out", "cancelled",
+                                                                          "abandoned")}}
 
     # ------------------------------------------------------------------ the engine thread
 
