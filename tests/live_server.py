@@ -54,12 +54,18 @@ def live_server(*args: str, env: dict[str, str] | None = None, ready_timeout: fl
             time.sleep(0.1)
         yield base
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=20)
         if proc.stdout:
             proc.stdout.close()
+
+
+def stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """Stop a server started in its own process group: SIGTERM (a clean shutdown), SIGKILL if it
+    outlasts `timeout` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from live_server import stop_group
 
 MODE = os.environ.get("COLI_FIRST_CONTACT", "")
 
@@ -173,13 +173,7 @@ def served(cwd: Path) -> Iterator[tuple[str, list[str]]]:
         startup = [ln.rstrip("\n") for ln in list(lines)]
         yield base, startup
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, timeout=30)
 
 
 def curl(command: str, base: str) -> tuple[int, bytes, bool]:
