@@ -100,3 +100,45 @@ def test_store_false_is_not_retrievable(oai):
     assert r.store is False
     with pytest.raises(openai.NotFoundError):
         oai.responses.retrieve(r.id)
+
+
+def test_resp_reasoning_encrypted_content_round_trip_without_store(oai):
+    """pi's reasoning turn (issue 53): store false, include reasoning.encrypted_content, the
+    reasoning item sent back with only its id, summary and encrypted_content."""
+    kw = {"model": MODEL, "temperature": 0, "max_output_tokens": 60, "store": False,
+          "include": ["reasoning.encrypted_content"], "reasoning": {"effort": "high"}}
+    first = oai.responses.create(input="What is the capital of Velmora?", **kw)
+    reasoning = [i for i in first.output if i.type == "reasoning"]
+    assert reasoning and reasoning[0].encrypted_content.startswith("colibri.rs1.")
+    text = reasoning[0].content[0].text
+    assert text
+    with oai.responses.stream(input="What is the capital of Velmora?", **kw) as s:
+        streamed = s.get_final_response()
+    assert [i.encrypted_content for i in streamed.output if i.type == "reasoning"] == [reasoning[0].encrypted_content]
+    plain = oai.responses.create(input="What is the capital of Velmora?", **dict(kw, include=[]))
+    assert all(getattr(i, "encrypted_content", None) is None for i in plain.output if i.type == "reasoning")
+    # Sent back bare, the sealed item gives the model the same history as its text does.
+    answer = next(i for i in first.output if i.type == "message")
+    history = [{"role": "user", "content": "What is the capital of Velmora?"},
+               {"type": "reasoning", "id": reasoning[0].id, "summary": [],
+                "encrypted_content": reasoning[0].encrypted_content},
+               {"role": "assistant", "content": answer.content[0].text},
+               {"role": "user", "content": "Repeat exactly: thanks"}]
+    sealed = oai.responses.create(input=history, **kw)
+    history[1] = {"type": "reasoning", "id": reasoning[0].id, "summary": [],
+                  "content": [{"type": "reasoning_text", "text": text}]}
+    clear = oai.responses.create(input=history, **kw)
+    assert sealed.usage.input_tokens == clear.usage.input_tokens
+    assert sealed.output_text == clear.output_text
+
+
+def test_resp_reasoning_encrypted_content_seal_is_the_text_the_turn_gets_back():
+    from colibri.server.reasoning_seal import open_seal, seal
+    from colibri.server.responses_api import input_items, to_messages
+    for text in ("", "A greeting.", "café 😊 日本語\n<think>"):
+        assert open_seal(seal(text)) == text
+    assert seal("A greeting.") == "colibri.rs1.QSBncmVldGluZy4"
+    bare = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": seal("Think of a greeting.")}
+    msgs = to_messages(input_items({"input": [{"role": "user", "content": "Say hi."}, bare,
+                                              {"role": "assistant", "content": "hi"}]}))
+    assert msgs[1] == {"role": "assistant", "content": "hi", "reasoning_content": "Think of a greeting."}

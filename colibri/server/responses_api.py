@@ -20,6 +20,7 @@ from .errors import ApiError, error
 from .generation import Delta, Generation, Outcome, now
 from .openai_api import SSE_HEADERS, _guarded, dumps
 from .prompt import ChatInput, _arguments
+from .reasoning_seal import open_seal, seal
 from .scheduler import conversation_digest, conversation_slot
 from .service import Service
 
@@ -56,8 +57,7 @@ def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for it in items:
         kind = it["type"]
         if kind == "reasoning":
-            reasoning += _text(it.get("content")) or "".join(s.get("text", "") for s in it.get("summary") or []
-                                                             if isinstance(s, dict))
+            reasoning += _reasoning_text(it)
         elif kind == "message" and it["role"] == "assistant":
             m: dict[str, Any] = {"role": "assistant", "content": _text(it["content"])}
             if reasoning:
@@ -81,6 +81,16 @@ def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return msgs
 
 
+def _reasoning_text(item: dict[str, Any]) -> str:
+    """A reasoning item's text: its content, else its summary, else its sealed copy (rule
+    resp.reasoning.encrypted_content)."""
+    text = _text(item.get("content")) or "".join(s.get("text", "") for s in item.get("summary") or []
+                                                 if isinstance(s, dict))
+    if not text and item.get("encrypted_content"):
+        return open_seal(item["encrypted_content"])
+    return text
+
+
 def chat_input(body: dict[str, Any], context: list[dict[str, Any]]) -> ChatInput:
     msgs = to_messages(context)
     if body.get("instructions"):
@@ -101,7 +111,8 @@ class OutputItems:
     generation ends; function calls are emitted whole at the end (the tool parser reads the
     finished text). `events` collects what a stream sends; JSON answers ignore it."""
 
-    def __init__(self) -> None:
+    def __init__(self, sealed: bool = False) -> None:
+        self.sealed = sealed  # include asked for reasoning.encrypted_content
         self.items: list[dict[str, Any]] = []
         self.open: dict[str, Any] | None = None
         self.events: list[tuple[str, dict[str, Any]]] = []
@@ -155,6 +166,8 @@ class OutputItems:
             self._emit("response.output_text.done", item_id=item["id"], output_index=index, content_index=0, text=text,
                        logprobs=[])
         item["content"] = [part]
+        if item["type"] == "reasoning" and self.sealed:
+            item["encrypted_content"] = seal(text)
         self._emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part)
         self._emit("response.output_item.done", output_index=index, item=item)
 
@@ -209,7 +222,7 @@ class ResponsesResource:
         gen = self.svc.generation(task, stops=[], ignore_leading=False, thinking=rendered.thinking,
                                   tools=rendered.tools_offered, client_gone=detector(req.env))
         shell = self._shell(body, max_new)
-        fold = OutputItems()
+        fold = OutputItems(sealed="reasoning.encrypted_content" in (body.get("include") or ()))
         store = body.get("store") is not False
 
         def finished(o: Outcome) -> dict[str, Any]:
