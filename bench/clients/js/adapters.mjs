@@ -1,0 +1,187 @@
+// One adapter per JS client: user/assistant/toolResult build that client's own history
+// entries, turn(history, opts) makes one request the client's way and returns
+// {text, reasoning, calls: [{id, name, args}], usage: {input, output} | null, history}
+// (history: the entries the answer adds), chain() (Responses clients) runs the chained
+// conversation. Settings come from colibri-conform's compat profile (see bench/clients/settings.py).
+import { complete, stream as piStream, Type } from "@mariozechner/pi-ai";
+import OpenAI from "openai";
+import { generateText, streamText, jsonSchema, tool } from "ai";
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+
+const KEY = "local";
+
+function piModel(api, { base, model, settings }) {
+  const compat = Object.fromEntries(Object.entries(settings.pi_compat).filter(([, v]) => v !== null));
+  return {
+    id: model, name: model, api, provider: "colibri-bench", baseUrl: `${base}/v1`,
+    reasoning: settings.served.reasoning !== false, input: ["text"],
+    cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 }, contextWindow: 2048, maxTokens: 256,
+    ...(api === "openai-completions" ? { compat } : {}),
+  };
+}
+
+function piAdapter(api) {
+  return async (env) => {
+    const model = piModel(api, env);
+    const t = env.S.tool;
+    const tools = [{ name: t.name, description: t.description, parameters: Type.Unsafe(t.parameters) }];
+    const parking = { parked: null, chained: 0, resent: 0, off: false };
+    const onPayload = api === "openai-responses" ? (params) => park(parking, params) : undefined;
+    async function once(h, o) {
+      const opts = { apiKey: KEY, temperature: 0, maxTokens: o.maxTokens, onPayload,
+                     ...(o.reasoning ? { reasoningEffort: "high" } : {}) };
+      const ctx = { messages: h, ...(o.tools ? { tools } : {}) };
+      let msg, streamed = "";
+      if (o.stream) {
+        const s = piStream(model, ctx, opts);
+        for await (const ev of s) if (ev.type === "text_delta") streamed += ev.delta;
+        msg = await s.result();
+      } else msg = await complete(model, ctx, opts);
+      if (msg.stopReason === "error") throw new Error(msg.errorMessage);
+      const text = msg.content.filter((b) => b.type === "text").map((b) => b.text).join("");
+      if (o.stream && streamed !== text) throw new Error(`text deltas ${JSON.stringify(streamed)} != message ${JSON.stringify(text)}`);
+      return {
+        text, reasoning: msg.content.filter((b) => b.type === "thinking").map((b) => b.thinking).join(""),
+        calls: msg.content.filter((b) => b.type === "toolCall").map((b) => ({ id: b.id, name: b.name, args: b.arguments })),
+        usage: { input: msg.usage.input + (msg.usage.cacheRead || 0), output: msg.usage.output }, history: [msg],
+        responseId: msg.responseId,
+      };
+    }
+    async function turn(h, o) {
+      const full = parking.parked && !parking.off;
+      try {
+        return await afterTurn(await once(h, o));
+      } catch (e) {
+        // The parking contract: a parent the server no longer has is resent in full, once.
+        if (!full || !/previous_response_not_found|not found/i.test(String(e.message))) throw e;
+        parking.resent += 1;
+        parking.off = true;
+        try { return await afterTurn(await once(h, o)); } finally { parking.off = false; }
+      }
+    }
+    function afterTurn(r) {
+      if (parking.pending) parking.parked = { input: parking.pending, id: r.responseId };
+      return r;
+    }
+    const user = (text) => ({ role: "user", content: text, timestamp: Date.now() });
+    const assistant = (text) => ({ role: "assistant", content: [{ type: "text", text }], api, provider: "colibri-bench",
+      model: model.id, usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, totalTokens: 0,
+      cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 } }, stopReason: "stop", timestamp: Date.now() });
+    const toolResult = (c, text) => ({ role: "toolResult", toolCallId: c.id, toolName: c.name,
+      content: [{ type: "text", text }], isError: false, timestamp: Date.now() });
+    const a = { can: { stop: false, reasoning: true }, user, assistant, toolResult, turn };
+    if (api === "openai-responses") a.chain = () => piChain(a, parking, env.S.chain);
+    return a;
+  };
+}
+
+const OUTPUT_KINDS = (it) => it.type === "reasoning" || it.type === "function_call" || it.role === "assistant";
+
+function park(p, params) {
+  // The second seed's parking: every request is stored; a turn whose full input starts with
+  // what was sent for the parked response, followed by that response's output, sends only the
+  // new items with previous_response_id.
+  const full = params.input;
+  p.pending = full;
+  const out = { ...params, store: true };
+  const prev = p.parked;
+  if (p.off || !prev || !prev.id || full.length <= prev.input.length) return out;
+  if (JSON.stringify(full.slice(0, prev.input.length)) !== JSON.stringify(prev.input)) return out;
+  let k = prev.input.length;
+  while (k < full.length && OUTPUT_KINDS(full[k])) k += 1;
+  if (k === prev.input.length) return out;
+  p.chained += 1;
+  return { ...out, previous_response_id: prev.id, input: full.slice(k) };
+}
+
+async function piChain(a, p, c) {
+  p.parked = null; p.chained = 0; p.resent = 0;
+  const h = [a.user(c.first)];
+  const r1 = await a.turn(h, { maxTokens: c.max_tokens });
+  h.push(...r1.history, a.user(c.second));
+  const r2 = await a.turn(h, { maxTokens: c.max_tokens });
+  if (p.chained !== 1) throw new Error(`turn 2 was not chained (chained ${p.chained})`);
+  if (!r2.text.toLowerCase().includes(c.expect)) throw new Error(`chained text ${JSON.stringify(r2.text)}`);
+  // A parent the server does not know: the turn is resent in full once.
+  p.parked = { ...p.parked, id: "resp_colibri_bench_unknown" };
+  h.push(...r2.history, a.user(c.second));
+  const r3 = await a.turn(h, { maxTokens: c.max_tokens });
+  if (p.resent !== 1) throw new Error(`unknown parent: resent ${p.resent} times`);
+  return `chained turn sent only the new items; unknown parent resent in full: ${JSON.stringify(r3.text)}`;
+}
+
+function openaiJs({ base, model, settings, S }) {
+  const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: KEY, maxRetries: 0 });
+  const t = S.tool;
+  const tools = [{ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } }];
+  const sdk = settings.openai_sdk;
+  async function turn(h, o) {
+    const body = { model, messages: h, temperature: 0, [sdk.max_tokens_parameter]: o.maxTokens,
+      ...(o.tools ? { tools } : {}), ...(o.stop ? { stop: o.stop } : {}),
+      ...(o.reasoning ? { reasoning_effort: "high" } : {}) };
+    if (!o.stream) {
+      const r = await client.chat.completions.create(body);
+      const m = r.choices[0].message;
+      return { text: m.content || "", reasoning: m.reasoning_content || m.reasoning || "",
+        calls: (m.tool_calls || []).map((c) => ({ id: c.id, name: c.function.name, args: c.function.arguments })),
+        usage: r.usage && { input: r.usage.prompt_tokens, output: r.usage.completion_tokens },
+        history: [{ role: "assistant", content: m.content, ...(m.tool_calls ? { tool_calls: m.tool_calls } : {}) }] };
+    }
+    const s = await client.chat.completions.create({ ...body, stream: true,
+      ...(sdk.stream_options ? { stream_options: sdk.stream_options } : {}) });
+    let text = "", reasoning = "", usage = null;
+    const calls = [];
+    for await (const ch of s) {
+      if (ch.usage) usage = { input: ch.usage.prompt_tokens, output: ch.usage.completion_tokens };
+      const d = ch.choices?.[0]?.delta;
+      if (!d) continue;
+      text += d.content || "";
+      reasoning += d.reasoning_content || d.reasoning || "";
+      for (const tc of d.tool_calls || []) {
+        const c = (calls[tc.index] ||= { id: "", name: "", args: "" });
+        c.id ||= tc.id || ""; c.name += tc.function?.name || ""; c.args += tc.function?.arguments || "";
+      }
+    }
+    const tool_calls = calls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.args } }));
+    return { text, reasoning, calls: calls.filter(Boolean), usage,
+      history: [{ role: "assistant", content: text, ...(calls.length ? { tool_calls } : {}) }] };
+  }
+  return { can: { stop: true, reasoning: settings.pi_compat.supportsReasoningEffort }, turn,
+    user: (text) => ({ role: "user", content: text }), assistant: (text) => ({ role: "assistant", content: text }),
+    toolResult: (c, text) => ({ role: "tool", tool_call_id: c.id, content: text }) };
+}
+
+function vercelAi({ base, model, settings, S }) {
+  const provider = createOpenAICompatible({ name: "bench", baseURL: `${base}/v1`, apiKey: KEY,
+    includeUsage: settings.pi_compat.supportsUsageInStreaming });
+  const t = S.tool;
+  const tools = { [t.name]: tool({ description: t.description, inputSchema: jsonSchema(t.parameters) }) };
+  async function turn(h, o) {
+    const args = { model: provider(model), messages: h, temperature: 0, maxOutputTokens: o.maxTokens, maxRetries: 0,
+      ...(o.tools ? { tools } : {}), ...(o.stop ? { stopSequences: o.stop } : {}),
+      ...(o.reasoning ? { providerOptions: { bench: { reasoningEffort: "high" } } } : {}) };
+    let r;
+    if (o.stream) {
+      let err = null;
+      const s = streamText({ ...args, onError: ({ error }) => { err = error; } });
+      r = { text: await s.text, reasoningText: await s.reasoningText, toolCalls: await s.toolCalls,
+        usage: await s.usage, response: await s.response };
+      if (err) throw err;
+    } else r = await generateText(args);
+    return { text: r.text, reasoning: r.reasoningText || "",
+      calls: r.toolCalls.map((c) => ({ id: c.toolCallId, name: c.toolName, args: c.input })),
+      usage: r.usage && r.usage.inputTokens !== undefined ? { input: r.usage.inputTokens, output: r.usage.outputTokens } : null,
+      history: r.response.messages };
+  }
+  return { can: { stop: true, reasoning: settings.pi_compat.supportsReasoningEffort }, turn,
+    user: (text) => ({ role: "user", content: text }), assistant: (text) => ({ role: "assistant", content: text }),
+    toolResult: (c, text) => ({ role: "tool", content: [{ type: "tool-result", toolCallId: c.id, toolName: c.name,
+      output: { type: "text", value: text } }] }) };
+}
+
+export const ADAPTERS = {
+  "pi-ai completions": piAdapter("openai-completions"),
+  "pi-ai responses": piAdapter("openai-responses"),
+  "openai (JS)": async (env) => openaiJs(env),
+  "ai + openai-compatible": async (env) => vercelAi(env),
+};

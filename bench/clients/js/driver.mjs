@@ -1,0 +1,101 @@
+// The scripted scenarios (../scenarios.json) through one JS client library, headless.
+//   node driver.mjs CLIENT BASE_URL MODEL SETTINGS_JSON_FILE SCENARIOS_JSON_FILE
+// BASE_URL is the recording proxy's; before each scenario the driver names it to the proxy
+// (POST /__scenario) so the captured exchanges are filed under it. Prints one JSON line per
+// scenario: {client, scenario, outcome: PASS|FAIL|UNSUPPORTED, detail}. The same logic as
+// bench/clients/scenarios.py: keep the two in step.
+import { readFileSync } from "node:fs";
+import { ADAPTERS } from "./adapters.mjs";
+
+const [client, base, model, settingsFile, scenariosFile] = process.argv.slice(2);
+const settings = JSON.parse(readFileSync(settingsFile, "utf8"));
+const S = JSON.parse(readFileSync(scenariosFile, "utf8"));
+const a = await ADAPTERS[client]({ base, model, settings, S });
+
+class Unsupported extends Error {}
+const need = (ok, why) => { if (!ok) throw new Unsupported(why); };
+const check = (ok, why) => { if (!ok) throw new Error(why); };
+const served = (name) => settings.served?.[name] !== false;
+
+function toolLoop(stream) {
+  return async () => {
+    need(served("tools"), "the server takes no tools (settings: openai_sdk.tools false)");
+    need(!stream || served("streaming"), "the server does not stream");
+    const t = S.tool;
+    const h = [a.user(t.prompt)];
+    const r = await a.turn(h, { tools: true, stream, maxTokens: t.max_tokens });
+    check(r.calls.length > 0, `no tool call; text ${JSON.stringify(r.text)}`);
+    const c = r.calls[0];
+    check(c.name === t.name, `called ${c.name}`);
+    const args = typeof c.args === "string" ? JSON.parse(c.args) : c.args;
+    check(args && typeof args === "object", `arguments ${JSON.stringify(c.args)}`);
+    h.push(...r.history, a.toolResult(c, t.result));
+    const r2 = await a.turn(h, { tools: true, stream, maxTokens: t.max_tokens });
+    check(r2.text.trim() || r2.calls.length, "empty final answer");
+    return `call ${c.name}(${JSON.stringify(args)}) -> ${JSON.stringify(r2.text.slice(0, 60))}`;
+  };
+}
+
+let unary = null;
+const text = async () => {
+  unary = await a.turn([a.user(S.text.prompt)], { maxTokens: S.text.max_tokens });
+  check(unary.text.toLowerCase().includes(S.text.expect), `text ${JSON.stringify(unary.text)}`);
+  return JSON.stringify(unary.text);
+};
+const SCENARIOS = {
+  text,
+  stream: async () => {
+    need(served("streaming"), "the server does not stream");
+    if (!unary) await text();
+    const s = await a.turn([a.user(S.text.prompt)], { maxTokens: S.text.max_tokens, stream: true });
+    check(s.text === unary.text, `streamed ${JSON.stringify(s.text)} != unary ${JSON.stringify(unary.text)}`);
+    return JSON.stringify(s.text);
+  },
+  usage: async () => {
+    if (!unary) await text();
+    const u = unary.usage;
+    check(u && u.input > 0 && u.output > 0, `usage ${JSON.stringify(u)}`);
+    return `${u.input} in / ${u.output} out`;
+  },
+  multi: async () => {
+    const m = S.multi;
+    const h = m.history.flatMap(([q, ans]) => [a.user(q), a.assistant(ans)]).concat([a.user(m.prompt)]);
+    const r = await a.turn(h, { maxTokens: m.max_tokens });
+    check(r.text.toLowerCase().includes(m.expect), `text ${JSON.stringify(r.text)}`);
+    return JSON.stringify(r.text);
+  },
+  stop: async () => {
+    need(a.can.stop, "the client has no stop option");
+    const r = await a.turn([a.user(S.stop.prompt)], { maxTokens: S.stop.max_tokens, stop: [S.stop.stop] });
+    check(!r.text.includes(S.stop.stop) && r.text.trim(), `text ${JSON.stringify(r.text)}`);
+    return JSON.stringify(r.text);
+  },
+  tools: toolLoop(false),
+  tools_stream: toolLoop(true),
+  reasoning: async () => {
+    need(a.can.reasoning, "the client has no reasoning switch");
+    need(served("reasoning"), "the server offers no reasoning switch the settings can use");
+    const on = await a.turn([a.user(S.reasoning.prompt)], { maxTokens: S.reasoning.max_tokens, reasoning: true });
+    const off = await a.turn([a.user(S.reasoning.prompt)], { maxTokens: S.reasoning.max_tokens, reasoning: false });
+    check(on.reasoning.trim(), `on: no reasoning; text ${JSON.stringify(on.text)}`);
+    check(!off.reasoning.trim(), `off: reasoning ${JSON.stringify(off.reasoning.slice(0, 60))}`);
+    return `on: ${on.reasoning.length} chars of reasoning; off: none`;
+  },
+  chain: async () => {
+    need(a.chain, "not a Responses client");
+    need(served("responses_chaining"), "the server does not chain responses");
+    return await a.chain();
+  },
+};
+
+for (const name of S.order) {
+  let row;
+  try {
+    await fetch(`${base}/__scenario`, { method: "POST", body: JSON.stringify({ client, scenario: name }) });
+    row = { outcome: "PASS", detail: await SCENARIOS[name]() };
+  } catch (e) {
+    row = e instanceof Unsupported ? { outcome: "UNSUPPORTED", detail: e.message }
+      : { outcome: "FAIL", detail: `${e?.constructor?.name}: ${String(e?.message ?? e).slice(0, 400)}` };
+  }
+  console.log(JSON.stringify({ client, scenario: name, ...row }));
+}

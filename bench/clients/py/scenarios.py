@@ -1,0 +1,139 @@
+"""The scripted scenarios (../scenarios.json) through one Python client library, headless.
+
+    python scenarios.py CLIENT BASE_URL MODEL SETTINGS_JSON_FILE SCENARIOS_JSON_FILE
+
+Runs in the clients' own venv (~/.cache/colibri-clients/venv), not the project's: it needs only
+the client libraries. BASE_URL is the recording proxy's; before each scenario the driver names
+it to the proxy (POST /__scenario) so the captured exchanges are filed under it. Prints one JSON
+line per scenario: {client, scenario, outcome: PASS|FAIL|UNSUPPORTED, detail}. The same logic
+as js/driver.mjs: keep the two in step."""
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+from typing import Any
+
+from adapters import ADAPTERS
+
+
+class Unsupported(Exception):
+    pass
+
+
+def need(ok: Any, why: str) -> None:
+    if not ok:
+        raise Unsupported(why)
+
+
+def check(ok: Any, why: str) -> None:
+    if not ok:
+        raise AssertionError(why)
+
+
+class Scenarios:
+    def __init__(self, a: Any, settings: dict[str, Any], s: dict[str, Any]):
+        self.a, self.settings, self.S = a, settings, s
+        self.unary: dict[str, Any] | None = None
+
+    def served(self, name: str) -> bool:
+        return self.settings.get("served", {}).get(name) is not False
+
+    def text(self) -> str:
+        t = self.S["text"]
+        self.unary = self.a.turn([self.a.user(t["prompt"])], max_tokens=t["max_tokens"])
+        check(t["expect"] in self.unary["text"].lower(), f"text {self.unary['text']!r}")
+        return repr(self.unary["text"])
+
+    def stream(self) -> str:
+        need(self.served("streaming"), "the server does not stream")
+        if self.unary is None:
+            self.text()
+        assert self.unary is not None
+        t = self.S["text"]
+        s = self.a.turn([self.a.user(t["prompt"])], max_tokens=t["max_tokens"], stream=True)
+        check(s["text"] == self.unary["text"], f"streamed {s['text']!r} != unary {self.unary['text']!r}")
+        return repr(s["text"])
+
+    def usage(self) -> str:
+        if self.unary is None:
+            self.text()
+        assert self.unary is not None
+        u = self.unary["usage"]
+        check(u and u["input"] > 0 and u["output"] > 0, f"usage {u}")
+        return f"{u['input']} in / {u['output']} out"
+
+    def multi(self) -> str:
+        m = self.S["multi"]
+        h = [e for q, ans in m["history"] for e in (self.a.user(q), self.a.assistant(ans))] + [self.a.user(m["prompt"])]
+        r = self.a.turn(h, max_tokens=m["max_tokens"])
+        check(m["expect"] in r["text"].lower(), f"text {r['text']!r}")
+        return repr(r["text"])
+
+    def stop(self) -> str:
+        need(self.a.can.get("stop"), "the client has no stop option")
+        st = self.S["stop"]
+        r = self.a.turn([self.a.user(st["prompt"])], max_tokens=st["max_tokens"], stop=[st["stop"]])
+        check(st["stop"] not in r["text"] and r["text"].strip(), f"text {r['text']!r}")
+        return repr(r["text"])
+
+    def _tools(self, stream: bool) -> str:
+        need(self.served("tools"), "the server takes no tools (settings: openai_sdk.tools false)")
+        need(not stream or self.served("streaming"), "the server does not stream")
+        if hasattr(self.a, "tool_loop"):  # agent frameworks run the loop themselves
+            return self.a.tool_loop(stream)
+        t = self.S["tool"]
+        h = [self.a.user(t["prompt"])]
+        r = self.a.turn(h, tools=True, stream=stream, max_tokens=t["max_tokens"])
+        check(r["calls"], f"no tool call; text {r['text']!r}")
+        c = r["calls"][0]
+        check(c["name"] == t["name"], f"called {c['name']}")
+        args = json.loads(c["args"]) if isinstance(c["args"], str) else c["args"]
+        check(isinstance(args, dict), f"arguments {c['args']!r}")
+        h += r["history"] + [self.a.tool_result(c, t["result"])]
+        r2 = self.a.turn(h, tools=True, stream=stream, max_tokens=t["max_tokens"])
+        check(r2["text"].strip() or r2["calls"], "empty final answer")
+        return f"call {c['name']}({json.dumps(args)}) -> {r2['text'][:60]!r}"
+
+    def tools(self) -> str:
+        return self._tools(False)
+
+    def tools_stream(self) -> str:
+        return self._tools(True)
+
+    def reasoning(self) -> str:
+        need(self.a.can.get("reasoning"), "the client has no reasoning switch, or shows no reasoning text")
+        need(self.served("reasoning"), "the server offers no reasoning switch the settings can use")
+        rs = self.S["reasoning"]
+        on = self.a.turn([self.a.user(rs["prompt"])], max_tokens=rs["max_tokens"], reasoning=True)
+        off = self.a.turn([self.a.user(rs["prompt"])], max_tokens=rs["max_tokens"], reasoning=False)
+        check(on["reasoning"].strip(), f"on: no reasoning; text {on['text']!r}")
+        check(not off["reasoning"].strip(), f"off: reasoning {off['reasoning'][:60]!r}")
+        return f"on: {len(on['reasoning'])} chars of reasoning; off: none"
+
+    def chain(self) -> str:
+        need(hasattr(self.a, "chain"), "not a Responses client")
+        need(self.served("responses_chaining"), "the server does not chain responses")
+        return self.a.chain()
+
+
+def main(argv: list[str]) -> int:
+    client, base, model, settings_file, scenarios_file = argv
+    settings = json.loads(open(settings_file).read())
+    s = json.loads(open(scenarios_file).read())
+    runner = Scenarios(ADAPTERS[client](base=base, model=model, settings=settings, S=s), settings, s)
+    for name in s["order"]:
+        urllib.request.urlopen(urllib.request.Request(
+            f"{base}/__scenario", data=json.dumps({"client": client, "scenario": name}).encode(), method="POST"))
+        try:
+            row = {"outcome": "PASS", "detail": getattr(runner, name)()}
+        except Unsupported as e:
+            row = {"outcome": "UNSUPPORTED", "detail": str(e)}
+        except Exception as e:  # noqa: BLE001 - a client's exception is the FAIL's evidence
+            row = {"outcome": "FAIL", "detail": f"{type(e).__name__}: {str(e)[:400]}"}
+        print(json.dumps({"client": client, "scenario": name, **row}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,27 @@
+"""The client settings for one server, as colibri-conform derives them: the discovery probes,
+then the compat profile's pi `compat` flags and OpenAI SDK choices (conformance/report.py),
+plus `served`, the probes the scenarios consult to call a scenario UNSUPPORTED (the server
+lacks it) rather than FAIL. A client is configured from this and nothing else, so a wrong
+derivation shows up as a client failing."""
+from __future__ import annotations
+
+from typing import Any
+
+from colibri.spec import load_spec
+from conformance.cli import remote_target
+from conformance.discovery import Capabilities
+from conformance.report import compat_profile, probed
+
+SERVED = ("streaming", "tools", "messages", "responses", "responses_chaining", "stream_usage")
+
+
+def derive(base: str, model: str | None) -> tuple[str, dict[str, Any]]:
+    """The served model and the settings for the server at BASE (no /v1)."""
+    target = remote_target(base + "/v1", {}, model)
+    found = Capabilities.discover(load_spec(), target).to_dict()
+    profile = compat_profile(found)
+    served: dict[str, Any] = {name: probed(found, name) for name in SERVED}
+    # Reasoning is offered when the settings carry a switch a client can pull.
+    served["reasoning"] = bool(profile["pi_compat"]["thinkingFormat"]) and profile["reasoning_field"] is not None
+    return target.model, {"pi_compat": profile["pi_compat"], "openai_sdk": profile["openai_sdk"],
+                          "reasoning_field": profile["reasoning_field"], "served": served}
