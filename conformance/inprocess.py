@@ -10,6 +10,7 @@ from typing import Any
 from colibri.model import Model
 from colibri.server.app import create_app
 from colibri.server.service import Service, Settings
+from colibri.settings import VECTOR_SETTINGS
 
 from .exchange import InProcessTarget
 
@@ -28,11 +29,6 @@ def model_target(path: Any, *, model_id: str | None = None, kv_slots: int = 1, n
     return InProcessTarget(create_app(svc), {"Host": "localhost"}, model=svc.settings.model_id), svc
 
 
-SETTING_KEYS = {"family", "api_key", "max_queue", "queue_timeout", "kv_slots", "allowed_hosts", "cors_origins",
-                "continue_assistant", "keepalive_seconds", "model_id", "responses_max", "responses_max_bytes", "max_tokens",
-                "systemone_max_tokens", "prefix_reuse"}
-
-
 class ServerPool:
     def __init__(self, family: str = "glm", wrap: Any = None, spec: Any = None) -> None:
         from colibri.spec import load_spec
@@ -45,7 +41,8 @@ class ServerPool:
         self.apps: dict[int, Any] = {}  # one app (and test client) per service, built once
 
     def _conf(self, server: dict[str, Any]) -> dict[str, Any]:
-        conf = {"family": self.family} | {k: v for k, v in server.items() if k in SETTING_KEYS}
+        # the settings of the block (colibri/settings.py marks them); the rest are test knobs
+        conf = {"family": self.family} | {k: v for k, v in server.items() if k in VECTOR_SETTINGS}
         if "engine_delay" in server:
             conf["step_delay"] = server["engine_delay"]
         return conf

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..settings import PREFIX_REUSE
 from .errors import error
 from .profile import Ring, Turn
 
@@ -48,10 +49,6 @@ def conversation_slot(messages: list[dict[str, Any]], n_slots: int) -> int:
     if n_slots <= 1:
         return 0
     return int.from_bytes(conversation_digest(messages)[:8], "big") % n_slots
-
-
-#: --prefix-reuse: whose cached prefix a request may reuse (rule ops.prefix-reuse.scope)
-PREFIX_REUSE = ("shared", "conversation", "off")
 
 
 def _seed_state(seed: int | None) -> int:

@@ -3,12 +3,13 @@ family, the scheduler. `create_app` builds one Service and hands it to the resou
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
 from ..chat_template import TemplateRefusal
 from ..model import Model
+from ..settings import PROMPT_LAYOUTS, Settings
 from ..spec import RequestValidator, Spec, load_spec
 from ..tool_decoding import SLOTS, TokenIndex, ToolDecoder
 from .errors import error
@@ -18,40 +19,7 @@ from .profile import Turn
 from .prompt import ChatInput, LiteralSpecials, Rendered, render_chat
 from .response_store import ResponseStore
 from .scheduler import Metrics, Scheduler, Task
-from .systemone import PROMPT_LAYOUTS, Labels
-
-DEFAULT_CORS = ("http://127.0.0.1:8000", "http://localhost:8000", "http://127.0.0.1:5173", "http://localhost:5173")
-
-
-@dataclass
-class Settings:
-    model_id: str = "colibri-tiny"
-    family: str = "glm"
-    kv_slots: int = 4
-    max_queue: int = 8
-    queue_timeout: float = 300.0
-    max_tokens: int = 1024
-    api_key: str | None = None
-    allowed_hosts: list[str] = field(default_factory=list)
-    cors_origins: list[str] = field(default_factory=lambda: list(DEFAULT_CORS))
-    continue_assistant: bool = True
-    keepalive_seconds: float = 10.0
-    host: str = "127.0.0.1"
-    port: int = 8000
-    n_threads: int = 0
-    step_delay: float = 0.0  # test hook: slows each engine step
-    kv_dir: str | None = None  # persist KV slot state here (off when None)
-    dequantize: bool = False  # expand quantized/BF16 weights to F32 at load (see `colibri serve --dequantize`)
-    responses_max: int = 1000  # stored /v1/responses objects kept (oldest evicted)
-    responses_max_bytes: int = 64 * 1024 * 1024  # and the bytes they may take
-    profile_turns: int = 256  # finished turns GET /profile keeps (0: none, and no clock read for them)
-    offered_tool_names: bool = True  # decode tool names and keys from the offered set (tools.decode.offered-names)
-    systemone_prompt: str = "shared-first"  # /v1/systemone's prompt layout (systemone.PROMPT_LAYOUTS)
-    systemone_max_tokens: int = 65536  # prompt tokens one /v1/systemone request may score (0: no limit)
-    prefix_reuse: str = "shared"  # whose cached prefixes a request may reuse (scheduler.PREFIX_REUSE)
-
-    def validator_settings(self) -> dict[str, Any]:
-        return {"model_id": self.model_id, "kv_slots": self.kv_slots, "continue_assistant": self.continue_assistant}
+from .systemone import Labels
 
 
 class Service:

@@ -116,11 +116,8 @@ def parse_questions(body: dict[str, Any]) -> list[Question]:
     return out
 
 
-PROMPT_LAYOUTS = ("shared-first", "transformers")
-
-
 def prompt_text(state: Any, q: Question, labels: list[str], layout: str = "shared-first") -> str:
-    """The user turn for one question, in one of PROMPT_LAYOUTS (see the module docstring)."""
+    """The user turn for one question, in one of settings.PROMPT_LAYOUTS (see the module docstring)."""
     options = []
     for label, option, desc in zip(labels, q.options, q.descriptions, strict=True):
         d = _text(desc)

@@ -41,11 +41,13 @@ timeout or disconnect check reaches them. Here instead:
 - An idle kept-alive connection is closed after `--idle-timeout` (15 s: longer than the 5 s
   after which httpx stops reusing one); a request that arrived just as that time ran out is
   served, not reset (rule ops.keepalive.idle).
+
+The socket a thread reads and writes through is request_socket.py; the answers the loop
+writes itself are raw_responses.py; the limits come from gunicorn's config (worker_config.py).
 """
 from __future__ import annotations
 
 import errno
-import os
 import selectors
 import socket
 import time
@@ -53,195 +55,26 @@ from collections import defaultdict, deque
 from functools import partial
 from typing import Any
 
-from gunicorn.http import errors as http_errors
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from ..settings import SPARE_THREADS
 from .errors import ApiError, error
 from .framing import MORE, READY, RequestReader
+from .raw_responses import answer, parser_refusal, request_path
+from .request_socket import RequestSocket, has_bytes
+from .worker_config import limit
 
-READ_DEADLINE = float(os.environ.get("COLI_READ_DEADLINE", "30"))
-#: A send that cannot make progress for this long drops the client (it stopped reading).
-WRITE_TIMEOUT = float(os.environ.get("COLI_WRITE_TIMEOUT", "60"))
 #: A thread's answer reaches its client a moment before the thread is back in the pool (it
 #: still closes the response and logs): a request finding every thread busy waits this long
 #: for one before it is refused, so a client sending its next request at once is served.
 HANDOFF_WAIT = 0.1
-MAX_CLIENT_CONNECTIONS = int(os.environ.get("COLI_MAX_CLIENT_CONNECTIONS", "64"))
-#: Threads kept for other addresses: one address may hold all threads but these (the pool is
-#: KV slots + queue + 4, so one client can still fill every slot and queue place, while
-#: /health and a chat from anyone else find a thread; rule ops.admission.bounded).
-SPARE_THREADS = 4
 #: A closing connection's unread bytes are drained (so its last answer is not cut off by a
 #: reset) for at most this long and this much, on the loop, without blocking it.
 LINGER = 2.0
 LINGER_BYTES = 64 * 1024
 MAX_LINGERING = 1024  # beyond this many closing connections, the oldest is closed outright
-#: Bytes of unfinished requests the loop holds, per client address and in all.
-CLIENT_BUFFER = int(os.environ.get("COLI_CLIENT_BUFFER_BYTES", str(16 * 1024 * 1024)))
-TOTAL_BUFFER = int(os.environ.get("COLI_TOTAL_BUFFER_BYTES", str(64 * 1024 * 1024)))
 ACCEPT_BATCH = 64
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-
-_REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
-            417: "Expectation Failed", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
-            500: "Internal Server Error", 501: "Not Implemented"}
-#: gunicorn's parser refusals, as rows of the error table (its own answers are HTML pages).
-_PARSER_REFUSALS: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
-    ((http_errors.LimitRequestLine,), "uri_too_long"),
-    ((http_errors.LimitRequestHeaders,), "headers_too_large"),
-    ((http_errors.UnsupportedTransferCoding,), "unsupported_transfer_coding"),
-    ((http_errors.ExpectationFailed,), "expectation_failed"),
-    ((http_errors.ParseException,), "malformed_request"),
-)
-
-
-def answer(ex: ApiError, path: bytes, extra: dict[str, str] | None = None) -> bytes:
-    """A whole HTTP/1.1 error response in the envelope the request's path implies."""
-    body = ex.body("anthropic" if path.startswith(b"/v1/messages") else "openai")
-    headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close",
-               **ex.headers, **(extra or {})}
-    reason = _REASONS.get(ex.status, "Error")
-    head = f"HTTP/1.1 {ex.status} {reason}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    return head.encode() + b"\r\n" + body
-
-
-def _path(buf: bytes | bytearray) -> bytes:
-    parts = bytes(buf[:buf.find(b"\r\n") if b"\r\n" in buf else 256]).split(b" ")
-    return parts[1] if len(parts) > 1 else b"/"
-
-
-def parser_refusal(exc: BaseException) -> str | None:
-    """The error-table code for an exception gunicorn's request parser raised (None: not a
-    refusal of the request, an application failure)."""
-    # The application's or the configuration's fault, not the request's (looked up by name:
-    # older gunicorn releases lack some of these classes).
-    app_faults = tuple(getattr(http_errors, name) for name in
-                       ("InvalidResponseHeader", "InvalidResponseHeaderName", "ConfigurationProblem")
-                       if hasattr(http_errors, name))
-    if isinstance(exc, app_faults):
-        return None
-    for kinds, code in _PARSER_REFUSALS:
-        if isinstance(exc, kinds):
-            return code
-    return None
-
-
-def _has_bytes(sock: Any) -> bool:
-    """Whether a non-blocking socket has bytes (or the client's close) waiting to be read."""
-    raw = sock._sock if isinstance(sock, RequestSocket) else sock
-    try:
-        raw.recv(1, socket.MSG_PEEK)
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return True  # reset by the client: reading it says so
-    return True
-
-
-class RequestSocket:
-    """The client socket as the thread sees it: bytes the event loop already read come first;
-    further reads share the request's deadline; sends get a generous timeout of their own."""
-
-    def __init__(self, sock: socket.socket):
-        self._sock = sock
-        self.buffered = bytearray()
-        self.deadline = float("inf")
-        self._timeout: float | None = sock.gettimeout()
-        #: A wait a caller asked for itself (gunicorn's drain after a response, its graceful
-        #: close): reads wait at most this long, never the request's whole remaining deadline.
-        self.cap: float | None = None
-        self.responding = False  # bytes of the answer have been sent
-        self.body_in_hand = True  # the request's whole body is in `buffered` (framing.py)
-
-    def begin(self, deadline: float, body_in_hand: bool) -> None:
-        """A request is handed to a thread."""
-        self.deadline = deadline
-        self.body_in_hand = body_in_hand
-        self.cap = None
-        self.responding = False
-
-    def _set_timeout(self, value: float | None) -> None:
-        self._sock.settimeout(value)
-        self._timeout = value
-
-    def _wait(self) -> None:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            self._expire()
-        want = left if self.cap is None else min(left, self.cap)
-        t = self._timeout
-        # Reset the timeout only when it is off by more than a tenth: a request read in one
-        # or two calls costs no extra system call.
-        if t is None or t <= 0 or want < 0.9 * t or t < 0.9 * want:
-            self._set_timeout(want)
-
-    def _expire(self) -> None:
-        try:
-            self._set_timeout(1.0)
-            self._sock.sendall(answer(error("request_timeout"), b"/"))
-        except OSError:
-            pass
-        raise TimeoutError("read deadline passed")
-
-    def _take(self, n: int) -> bytes:
-        out = bytes(self.buffered[:n])
-        del self.buffered[:n]
-        return out
-
-    def recv(self, n: int, *flags: Any) -> bytes:
-        if self.buffered and not flags:
-            return self._take(n)
-        self._wait()
-        try:
-            return self._sock.recv(n, *flags)
-        except TimeoutError:
-            if self.cap is not None and self.deadline > time.monotonic():
-                raise  # the caller's own short wait ran out, not the request's deadline
-            self._expire()
-            raise
-
-    def recv_into(self, buf: Any, nbytes: int = 0, *flags: Any) -> int:
-        if self.buffered and not flags:
-            data = self._take(nbytes or len(buf))
-            buf[:len(data)] = data
-            return len(data)
-        self._wait()
-        try:
-            return self._sock.recv_into(buf, nbytes, *flags)
-        except TimeoutError:
-            if self.cap is not None and self.deadline > time.monotonic():
-                raise
-            self._expire()
-            raise
-
-    def _writing(self) -> None:
-        self.responding = True
-        if self._timeout != WRITE_TIMEOUT:
-            self._set_timeout(WRITE_TIMEOUT)
-
-    def sendall(self, data: Any, *flags: Any) -> None:
-        self._writing()
-        self._sock.sendall(data, *flags)
-
-    def send(self, data: Any, *flags: Any) -> int:
-        self._writing()
-        return self._sock.send(data, *flags)
-
-    def setblocking(self, flag: bool) -> None:
-        # gunicorn makes the socket blocking before it serves a request: a timeout of the time
-        # left is blocking too, and keeps the deadline.
-        if flag:
-            self.cap = None
-            self._set_timeout(max(1e-3, min(self.deadline - time.monotonic(), WRITE_TIMEOUT)))
-        else:
-            self._set_timeout(0.0)
-
-    def settimeout(self, value: float | None) -> None:
-        self.cap = value
-        self._set_timeout(value)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
 
 
 class Arriving:
@@ -299,6 +132,12 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.held_by: dict[str, int] = defaultdict(int)  # address -> bytes of its unfinished requests
         self.held_total = 0
         self.busy_by: dict[str, int] = defaultdict(int)  # address -> threads its requests hold
+        # The limits `colibri serve` put on gunicorn's config (server/worker_config.py).
+        self.read_deadline = float(limit(self.cfg, "read_deadline"))
+        self.write_timeout = float(limit(self.cfg, "write_timeout"))
+        self.max_client_connections = int(limit(self.cfg, "max_client_connections"))
+        self.client_buffer = int(limit(self.cfg, "client_buffer_bytes"))  # bytes of unfinished requests per address
+        self.total_buffer = int(limit(self.cfg, "total_buffer_bytes"))  # and in all (rule ops.buffer.bounded)
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -335,13 +174,13 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def _accepted(self, client: socket.socket, addr: Any, listener: Any) -> None:
         address = addr[0] if isinstance(addr, tuple) else str(addr)
-        if len(self.per_address.get(address, ())) >= MAX_CLIENT_CONNECTIONS:
+        if len(self.per_address.get(address, ())) >= self.max_client_connections:
             # Counted at accept, not when a request arrives: connections that never send a
             # byte must not fill the worker's connection limit (rule ops.connections.cap-at-accept).
             self._linger(client, refusal=error("too_many_connections"))
             return
         self.nr_conns += 1
-        conn = TConn(self.cfg, RequestSocket(client), addr, listener.getsockname())
+        conn = TConn(self.cfg, RequestSocket(client, self.write_timeout), addr, listener.getsockname())
         conn.address = address
         self.accepted += 1
         conn.number = self.accepted
@@ -410,7 +249,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
     def _send_refusal(self, state: Lingering, data: bytes) -> None:
         assert state.refusal is not None
         try:
-            state.sock.send(answer(state.refusal, _path(data)))
+            state.sock.send(answer(state.refusal, request_path(data)))
             state.sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass
@@ -466,7 +305,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
     def _feed(self, conn: Any, state: Arriving, data: bytes) -> None:
         reader = state.reader
         if not reader.started:
-            state.deadline = time.monotonic() + READ_DEADLINE  # the request starts with its first byte
+            state.deadline = time.monotonic() + self.read_deadline  # the request starts with its first byte
         outcome = reader.feed(data)
         if outcome == READY:
             self._arrived(conn)
@@ -478,7 +317,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         self.held_total += held - state.held
         self.held_by[conn.address] += held - state.held
         state.held = held
-        if self.held_by[conn.address] > CLIENT_BUFFER or self.held_total > TOTAL_BUFFER:
+        if self.held_by[conn.address] > self.client_buffer or self.held_total > self.total_buffer:
             self._refuse(conn, "request_buffer_full")  # rule ops.buffer.bounded
             return
         if reader.expects_continue:
@@ -491,7 +330,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
     def _refuse(self, conn: Any, code: str) -> None:
         """Answer a request the loop refuses before any thread sees it, and close."""
         reader = self.arriving[conn.sock.fileno()].reader
-        path = _path(reader.whole or reader.head or reader.raw)
+        path = request_path(reader.whole or reader.head or reader.raw)
         self._forget(conn)
         self._drop(conn, answer(error(code), path))
 
@@ -530,7 +369,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
     def _start(self, conn: Any, deadline: float, body_in_hand: bool) -> None:
         self.in_flight += 1
         self.busy_by[conn.address] += 1
-        conn.sock.begin(deadline if deadline != float("inf") else time.monotonic() + READ_DEADLINE, body_in_hand)
+        conn.sock.begin(deadline if deadline != float("inf") else time.monotonic() + self.read_deadline, body_in_hand)
         conn.data_ready = True
         fs = self.tpool.submit(self.handle, conn)
         fs.add_done_callback(lambda fut: self.method_queue.defer(self._thread_done, conn, fut))
@@ -555,7 +394,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
             w = self.waiting.popleft()
             self._drop(w.conn, answer(error("queue_full", "The server is at capacity: every request thread is "
                                                           "busy and the admission queue is full."),
-                                      _path(w.conn.sock.buffered)))
+                                      request_path(w.conn.sock.buffered)))
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
         if self.waiting:  # wake for the first waiting request's refusal, not a second later
@@ -616,7 +455,7 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
             conn = self.keepalived_conns[0]
             if conn.timeout > now and not force:
                 break
-            if not force and _has_bytes(conn.sock):
+            if not force and has_bytes(conn.sock):
                 # The client's next request arrived after the last poll: serve it. Closing a
                 # socket with unread bytes resets it, and the client sees its request refused
                 # with no answer (rule ops.keepalive.idle).

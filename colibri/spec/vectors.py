@@ -6,21 +6,20 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..settings import VECTOR_SETTINGS, Settings
 from .checks import KINDS, CompiledCheck, Context, condition_holds
 from .model import Vector, deep_merge
 from .paths import Location, delete_path, json_type, resolve, set_path
 
-#: Server settings a vector may ask for in its `server` block.
-SERVER_KEYS = frozenset({
-    "family", "api_key", "max_queue", "queue_timeout", "busy", "busy_slots", "kv_slots", "allowed_hosts", "cors_origins",
-    "continue_assistant", "keepalive_seconds", "engine_delay", "fault", "model_id", "closing", "responses_max", "max_tokens",
-    "systemone_max_tokens", "prefix_reuse",
-})
-
-#: Settings every vector assumes unless its `server` block says otherwise.
-DEFAULT_SETTINGS: dict[str, Any] = {
-    "model_id": "colibri-tiny", "kv_slots": 4, "continue_assistant": True, "family": "glm",
-}
+#: Test knobs a vector's `server` block may set besides the settings: busy slots, a closing
+#: scheduler, an injected fault, a slowed engine (conformance/inprocess.py applies them).
+TEST_KNOBS = frozenset({"busy", "busy_slots", "closing", "fault", "engine_delay"})
+#: What a vector's `server` block may set: the settings marked `vector` in colibri/settings.py,
+#: and the test knobs.
+SERVER_KEYS = VECTOR_SETTINGS | TEST_KNOBS
+#: Settings every vector assumes unless its `server` block says otherwise: the defaults of those
+#: the rule tables' checks consult.
+DEFAULT_SETTINGS: dict[str, Any] = Settings().validator_settings()
 
 
 #: Stands for the served model's id in vectors: the target's model when the suite runs against
@@ -182,5 +181,5 @@ def attach_generated(spec: Any, schemas_root: Any = None) -> list[tuple[Any, str
     return problems
 
 
-__all__ = ["DEFAULT_SETTINGS", "MODEL", "SERVER_KEYS", "attach_generated", "context_for", "expand_model",
+__all__ = ["DEFAULT_SETTINGS", "MODEL", "SERVER_KEYS", "TEST_KNOBS", "attach_generated", "context_for", "expand_model",
            "request_for"]
