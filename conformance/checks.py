@@ -1153,7 +1153,7 @@ LIVE_ONLY = frozenset({"bound_to_loopback", "disconnect_cancels", "slow_client_d
                        "connection_cap_refused", "idle_connection_kept", "differential_agreement",
                        "template_refusal_named", "loop_not_stalled", "chunked_body_bounded",
                        "request_buffer_bounded", "connection_cap_at_accept", "refused_without_drain",
-                       "parser_errors_enveloped"})
+                       "parser_errors_enveloped", "load_run"})
 
 
 #: Why each of them cannot run in a rule run, in or out of process: what it needs beyond
@@ -1169,6 +1169,7 @@ LIVE_ONLY_WHY = {
     "connection_cap_refused": "needs a server started with a small --max-client-connections (tests/test_admission.py)",
     "idle_connection_kept": "needs a server started with a short --idle-timeout (tests/test_admission.py)",
     "differential_agreement": "runs in `colibri-conform differential`, which compares servers on one model",
+    "load_run": "runs in `colibri-conform load`, which judges every answer of many clients at once",
     "template_refusal_named": "needs a model whose own template refuses some messages (tests/test_chat_template.py)",
     "loop_not_stalled": "needs raw sockets that stall mid-request (tests/test_hostile_clients.py)",
     "chunked_body_bounded": "streams a chunked body past 4 MiB over a raw socket (tests/test_hostile_clients.py)",

@@ -8,6 +8,7 @@
     colibri-conform replay RULE[VECTOR] --base-url U  # re-run one case
     colibri-conform compat REPORTS --out docs/compat  # the published matrix from the peers harness
     colibri-conform differential --reference R --base-url U  # same model, same greedy answers?
+    colibri-conform load --base-url U --users 64 --duration 120  # the same verdicts under load (Locust)
 
 Two different things are called strict: the `strict` profile is this project's stricter
 contract (refuse explicitly, with exact error codes and params), chosen with --profile strict;
@@ -33,7 +34,7 @@ from .suite import PROFILES_ALL as PROFILES
 from .suite import REMOTE_DEFAULT
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
-SUBCOMMANDS = ("matrix", "diff", "replay", "compat", "differential")
+SUBCOMMANDS = ("matrix", "diff", "replay", "compat", "differential", "load")
 USAGE = ("%(prog)s [--base-url URL] [--api-key KEY] [--model M] [--profile P ...] [--include-should] [--rule PREFIX]\n"
          "                       [--list] [--json F] [--markdown F] [--html DIR] [--fuzz N] [other options below]\n"
          f"       %(prog)s {{{','.join(SUBCOMMANDS)}}} ...   (see %(prog)s COMMAND --help)")
@@ -351,6 +352,13 @@ def main(argv: list[str] | None = None) -> int:
 
     sub = {"matrix": cmd_matrix, "diff": cmd_diff, "replay": cmd_replay, "compat": cmd_compat,
            "differential": cmd_differential}
+    if argv and argv[0] == "load":  # imported only here: Locust monkey-patches the process with gevent
+        try:
+            from .load.cli import main as cmd_load
+        except ImportError as e:
+            print(f"colibri-conform load needs Locust ({e}): pip install 'colibri[load]'", file=sys.stderr)
+            return EXIT_USAGE
+        sub["load"] = cmd_load
     command = sub.get(argv[0]) if argv else None
     try:
         return command(argv[1:]) if command else cmd_run(argv)

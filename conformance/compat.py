@@ -9,7 +9,8 @@ server matrix by topic), NAME.md (each non-PASS rule with the curl that reproduc
 reviewed explanation from explanations.yaml), html/ (the matrix, each cell linking to its
 evidence) and verdicts/NAME.json (rule -> outcome: what CI compares a fresh run against). The
 numerics column comes from differential/summary.json, which bench/peers/differential.py
-writes there with a page per server. A server published in OUT with no report in REPORTS_DIR
+writes there with a page per server; the "under load" column from load/summary.json
+(bench/peers/load.py). A server published in OUT with no report in REPORTS_DIR
 keeps its column: its last report is read back from the HTML page that embeds it.
 """
 from __future__ import annotations
@@ -160,6 +161,23 @@ def _numerics_detail(n: dict[str, Any]) -> str:
     return f"({n['tolerance']}; {counts}{logprobs}{template})"
 
 
+def load_verdicts(folder: Path) -> dict[str, dict[str, Any]]:
+    """The load runs' summary (bench/peers/load.py writes FOLDER/summary.json): per server, the
+    verdict of `colibri-conform load` at each user count."""
+    f = folder / "summary.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def _load_cell(name: str, load: dict[str, dict[str, Any]], link: str) -> str:
+    s = load.get(name)
+    if not s:
+        return "—"
+    runs = sorted(s["runs"].items(), key=lambda kv: int(kv[0]))
+    text = "; ".join(f"{n} users: {r['verdict']}" + (f" ({', '.join(r['failures'][:2])})" if r.get("failures") else "")
+                     for n, r in runs)
+    return f"[{text}]({link}load/{name}.md)"
+
+
 #: The embedded model's runs on each engine (bench/peers/tiny.py) are published in this
 #: subfolder of the matrix; their verdicts give the tools and reasoning columns.
 TOOLS_DIR = "tools"
@@ -207,14 +225,17 @@ def _area_cell(name: str, area: str, tools: dict[str, dict[str, dict[str, Any]]]
 
 
 def headline(runs: list[Run], link: str = "", numerics: dict[str, dict[str, Any]] | None = None,
-             tools: dict[str, dict[str, dict[str, Any]]] | None = None) -> list[str]:
+             tools: dict[str, dict[str, dict[str, Any]]] | None = None,
+             load: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """Per server: MUST rules passed, failed, unsupported, its three most consequential failures,
     the tool and reasoning rules on the embedded model per family, and the differential verdict
-    (`link` prefixes the page links: "docs/compat/" from the top of the repository)."""
-    numerics, tools = numerics or {}, tools or {}
+    and `colibri-conform load`'s verdicts at each user count (`link` prefixes the page links:
+    "docs/compat/" from the top of the repository)."""
+    numerics, tools, load = numerics or {}, tools or {}, load or {}
     lines = ["| server | version | model | MUST pass | MUST fail | MUST unsupported | most consequential failures "
-             "| tools (embedded model, per family) | reasoning (embedded model, per family) | numerics (differential) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| tools (embedded model, per family) | reasoning (embedded model, per family) | numerics (differential) "
+             "| under load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         c = _must_counts(run)
         worst = ", ".join(f"[`{rid}`]({link}{run.name}.md#{rid.replace('.', '')})"
@@ -222,7 +243,7 @@ def headline(runs: list[Run], link: str = "", numerics: dict[str, dict[str, Any]
         lines.append(f"| [{run.name}]({link}{run.name}.md) | {run.meta.get('version', '?')} | "
                      f"`{run.doc.get('model', '')}` | {c['PASS']} | {c['FAIL']} | {c['UNSUPPORTED']} | {worst} "
                      f"| {_area_cell(run.name, 'tools', tools, link)} | {_area_cell(run.name, 'reasoning', tools, link)} "
-                     f"| {_numerics_cell(run.name, numerics, link)} |")
+                     f"| {_numerics_cell(run.name, numerics, link)} | {_load_cell(run.name, load, link)} |")
     return lines
 
 
@@ -230,27 +251,29 @@ README_START, README_END = "<!-- compat:start -->", "<!-- compat:end -->"
 
 
 def update_readme(path: Path, runs: list[Run], numerics: dict[str, dict[str, Any]] | None = None,
-                  tools: dict[str, dict[str, dict[str, Any]]] | None = None) -> bool:
+                  tools: dict[str, dict[str, dict[str, Any]]] | None = None,
+                  load: dict[str, dict[str, Any]] | None = None) -> bool:
     """Replace the headline table between the markers of the project README; False without them."""
     text = path.read_text()
     if README_START not in text or README_END not in text:
         return False
     head, rest = text.split(README_START, 1)
     _, tail = rest.split(README_END, 1)
-    table = "\n".join(headline(runs, "docs/compat/", numerics, tools))
+    table = "\n".join(headline(runs, "docs/compat/", numerics, tools, load))
     path.write_text(f"{head}{README_START}\n{table}\n{README_END}{tail}")
     return True
 
 
 def readme(runs: list[Run], spec: Any, numerics: dict[str, dict[str, Any]] | None = None,
-           tools: dict[str, dict[str, dict[str, Any]]] | None = None) -> str:
+           tools: dict[str, dict[str, dict[str, Any]]] | None = None,
+           load: dict[str, dict[str, Any]] | None = None) -> str:
     if runs and all(r.meta.get("family") for r in runs):
         return tools_readme(runs, spec)
     lines = ["# How servers compare", "",
              "Generated by `colibri-conform compat` from the peers harness (`tox -e peers`); do not edit by hand.",
              "Each server ran `colibri-conform --base-url … --model …` with the default profiles (the official",
              f"contracts: {', '.join(f'`{p}`' for p in REMOTE_DEFAULT)}), on 127.0.0.1 on the same machine.", "",
-             *headline(runs, numerics=numerics, tools=tools)]
+             *headline(runs, numerics=numerics, tools=tools, load=load)]
     extra = {k: v for k, v in (numerics or {}).items() if k not in {r.name for r in runs}}
     if numerics:
         lines += ["", "Numerics: `colibri-conform differential` against colibri on the float32 weights "
@@ -262,6 +285,12 @@ def readme(runs: list[Run], spec: Any, numerics: dict[str, dict[str, Any]] | Non
                   "the tool prompts run on the embedded model with its ChatML template (`*-tiny-chatml`)."]
         lines += [f"Also compared: [{k}](differential/{k}.md): {v['verdict']} {_numerics_detail(v)}."
                   for k, v in extra.items()]
+    if load:
+        lines += ["", "Under load: `colibri-conform load` at each user count (bench/peers/load.py, docs/load.md): "
+                  "the behaviour-neutral vectors sent by that many Locust users at once, every answer judged as "
+                  "in a normal run, and the load rules (spec/92-load.yaml): none lost, no 5xx/reset/hang, 429 "
+                  "with Retry-After in the envelope, disconnects free capacity, greedy answers as alone. Each "
+                  "page gives every FAIL with the curl or load command that reproduces it."]
     if tools:
         lines += ["", f"Tools and reasoning: the embedded model (which calls tools and reasons in the glm, chatml and "
                   f"qwen-xml syntaxes) exported by `colibri export` and served by each engine with its own tool and "
@@ -410,7 +439,8 @@ def write_compat(runs: list[Run], out: Path, explanations: dict[str, dict[str, s
     # families an engine cannot parse, and why) is appended to the generated README
     notes = (out / "notes.md").read_text() if (out / "notes.md").is_file() else ""
     (out / "README.md").write_text(readme(runs, spec, load_numerics(out / "differential"),
-                                          load_tool_verdicts(out / TOOLS_DIR)) + ("\n" + notes if notes else ""))
+                                          load_tool_verdicts(out / TOOLS_DIR), load_verdicts(out / "load"))
+                                   + ("\n" + notes if notes else ""))
     (out / "html" / "index.html").write_text(matrix_html(runs, spec, load_numerics(out / "differential")))
     return missing
 
@@ -464,7 +494,7 @@ def main(argv: list[str]) -> int:
     runs = sorted(runs + carried, key=lambda r: f"{r.name}.meta.json")  # the order load_runs gives
     missing = write_compat(runs, a.out, load_explanations(a.explanations or a.out / "explanations"), load_spec())
     if a.readme and not update_readme(a.readme, runs, load_numerics(a.out / "differential"),
-                                      load_tool_verdicts(a.out / TOOLS_DIR)):
+                                      load_tool_verdicts(a.out / TOOLS_DIR), load_verdicts(a.out / "load")):
         print(f"colibri-conform compat: {a.readme} has no {README_START} ... {README_END} markers", file=sys.stderr)
     for m in missing:
         print(f"not reviewed: {m}", file=sys.stderr)

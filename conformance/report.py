@@ -249,7 +249,7 @@ PAGE_CSS = "body{font-family:system-ui,sans-serif;margin:1em 2em}\n"
 
 def _assets() -> tuple[str, str]:
     """The renderer as one classic script, and its stylesheet."""
-    return _bundle(["dom.js", "report.js", "report-static.js"]), PAGE_CSS + (data_dir("web") / "report.css").read_text()
+    return _bundle(["dom.js", "load.js", "report.js", "report-static.js"]), PAGE_CSS + (data_dir("web") / "report.css").read_text()
 
 
 def write_assets(folder: Path) -> None:
@@ -263,6 +263,16 @@ def write_assets(folder: Path) -> None:
 def ran(rule: dict[str, Any]) -> bool:
     """The rule was selected: it has an outcome other than SKIPPED, or vectors (skipped one by one)."""
     return rule["outcome"] != "SKIPPED" or bool(rule.get("vectors"))
+
+
+def load_line(load: dict[str, Any]) -> str:
+    """A load report's figures in one line (the page without JavaScript; the script draws the
+    table and the plots)."""
+    eps = "; ".join(f"{name}: {f['requests_per_s']} req/s, latency p50/p90/p99 "
+                    + "/".join(str((f.get("latency_ms") or {}).get(k, "·")) for k in ("p50", "p90", "p99")) + " ms"
+                    for name, f in (load.get("endpoints") or {}).items())
+    return (f"under load: {load['users']} users, {load['ran_seconds']} s, {load['requests']} requests"
+            + (f", {load['workers']} workers" if load.get("workers") else "") + (f" — {eps}" if eps else ""))
 
 
 def static_report(docs: list[dict[str, Any]]) -> str:
@@ -283,6 +293,7 @@ def static_report(docs: list[dict[str, Any]]) -> str:
                   f'<p class="rep-muted">{e(meta)}</p><p class="rep-summary">{summary}</p>',
                   *(f'<p class="rep-error">harness: {e(x)}</p>' for x in doc.get("harness_errors", [])),
                   *(f'<p class="rep-muted">{e(phase_line(n, d))}</p>' for n, d in (doc.get("phases") or {}).items()),
+                  *([f'<p class="rep-muted">{e(load_line(doc["load"]))}</p>'] if doc.get("load") else []),
                   "</section>"]
     by_doc = [{r["id"]: r for r in doc["rules"]} for doc in docs]
     ids = list(dict.fromkeys(r["id"] for doc in docs for r in doc["rules"] if ran(r)))

@@ -18,7 +18,8 @@ PROFILES_ALL = ("openai", "strict", "anthropic", "logprobs", "tools", "reasoning
 #: The official contracts: what a run against a URL judges by unless --profile says otherwise.
 REMOTE_DEFAULT = ("openai", "anthropic", "systemone", "responses")
 #: Profiles whose rules a subcommand runs (they need more than one server): never selectable here.
-SUBCOMMAND_PROFILES = {"differential": "colibri-conform differential"}
+SUBCOMMAND_PROFILES = {"differential": "colibri-conform differential", "load": "colibri-conform load",
+                       "batch-invariant": "colibri-conform load --batch-invariant"}
 OUTCOMES = ("PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "INCONCLUSIVE", "SKIPPED", "ERROR")
 #: Codes that mean "this server cleanly does not offer that" rather than "this server is wrong".
 UNSUPPORTED_CODES = {"unsupported_parameter", "unsupported_value", "unsupported_content_type", "unsupported_role"}

@@ -113,9 +113,9 @@ def test_the_matrix_shows_the_numerics_column_for_every_server():
             Run("mockllm", {"rules": [], "model": "gpt"}, {"version": "0.0.8"})]
     numerics = {"llama-server": {"tolerance": "rounded", "verdict": "PASS", "counts": {"PASS": 8}, "logprobs": "PASS"}}
     table = headline(runs, "docs/compat/", numerics)
-    assert table[0].endswith("| numerics (differential) |")
+    assert table[0].endswith("| numerics (differential) | under load |")
     assert "[PASS](docs/compat/differential/llama-server.md) (rounded; 8 PASS; logprobs PASS)" in table[2]
-    assert table[3].endswith("| — (no shared model) |")
+    assert table[3].endswith("| — (no shared model) | — |")
     from colibri.spec import load_spec
     from conformance.compat import matrix_html
 

@@ -6,6 +6,7 @@
 // HTML report (colibri-conform --html, the compat pages) both draw with this module; the
 // static one is this file inlined beside the report's JSON. Every text is set as text.
 import { el } from "./dom.js";
+import { loadSection } from "./load.js";
 
 export const OUTCOMES = ["PASS", "FAIL", "NON-STRICT", "UNSUPPORTED", "INCONCLUSIVE", "SKIPPED", "ERROR"];
 const PROBLEMS = new Set(["FAIL", "ERROR", "NON-STRICT"]);
@@ -82,6 +83,7 @@ function header(doc) {
     el("p", { className: "rep-summary" }, OUTCOMES.filter((o) => doc.summary[o]).flatMap((o) => [outcomeTag(o), ` ${doc.summary[o]}  `])),
     ...(doc.harness_errors || []).map((e) => el("p", { className: "rep-error", textContent: `harness: ${e}` })),
     ...(found.length ? [el("details", {}, [el("summary", { textContent: "capabilities found before the run" }), el("ul", {}, found)])] : []),
+    ...(doc.load ? [loadSection(doc.load)] : []),
   ]);
 }
 
