@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from .checks import (
+    CALL_MARKUP,
     CUT_OFF,
     CheckContext,
     CheckFailure,
@@ -121,5 +122,76 @@ def tool_call_delta_pieces(ctx: CheckContext) -> None:
         raise CheckFailure("tool_call_delta_pieces", f"the unary answer's calls {unary}", streamed)
 
 
+def _calls_with_ids(ctx: CheckContext) -> list[tuple[list[str], str, str]]:
+    """(ids, name, arguments text) per returned call: the unary message's entries, or per stream
+    index the ids its fragments carried, its name and its joined argument pieces."""
+    if not ctx.exchange.is_sse:
+        msg = ctx.exchange.json()["choices"][0]["message"]
+        return [([c.get("id") or ""], (c.get("function") or {}).get("name") or "",
+                 (c.get("function") or {}).get("arguments") or "") for c in msg.get("tool_calls") or []]
+    calls: dict[Any, tuple[list[str], list[str], list[str]]] = {}
+    for d in _stream(ctx, "tool_calls_parallel"):
+        for ch in d.get("choices") or []:
+            for tc in (ch.get("delta") or {}).get("tool_calls") or []:
+                ids, names, args = calls.setdefault(tc.get("index"), ([], [], []))
+                fn = tc.get("function") or {}
+                ids.extend([tc["id"]] if tc.get("id") else [])
+                names.extend([fn["name"]] if fn.get("name") else [])
+                args.append(fn.get("arguments") or "")
+    return [(sorted(set(ids)) or [""], "".join(names), "".join(args)) for ids, names, args in calls.values()]
+
+
+def tool_calls_parallel(ctx: CheckContext) -> None:
+    """Two or more calls in a turn: each its own entry (stream: its own index) with its own id,
+    a declared name and a JSON-object arguments string, and no call markup left in content."""
+    a = answer(ctx.exchange, ctx.endpoint)
+    calls = _calls_with_ids(ctx)
+    if not calls:
+        raise no_call(a.content)
+    if a.finish in CUT_OFF:
+        raise cut_off()
+    left = [m for m in CALL_MARKUP if m in a.content]
+    if left:
+        raise CheckFailure("tool_calls_parallel", f"every call the model wrote returned as a call ({len(calls)} "
+                           "returned)", f"call markup {left} left in content: {a.content[:160]!r}")
+    merged = [ids for ids, _, _ in calls if len(ids) > 1]
+    if merged:  # a stream that sent two calls' fragments under one index
+        raise CheckFailure("tool_calls_parallel", "one non-empty id per call (per stream index)", merged)
+    if len(calls) == 1:
+        raise NotApplicable("the model made one call (it was not trained for parallel calls): nothing to split")
+    declared = _declared(ctx.body or {})
+    for ids, name, args in calls:
+        if not ids[0]:
+            raise CheckFailure("tool_calls_parallel", "one non-empty id per call (per stream index)", ids)
+        if name not in declared:
+            raise CheckFailure("tool_calls_parallel", f"a declared name ({declared}) per call", name)
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise CheckFailure("tool_calls_parallel", "each call's arguments one JSON object", args[:200])
+    all_ids = [c[0][0] for c in calls]
+    if len(set(all_ids)) != len(all_ids):
+        raise CheckFailure("tool_calls_parallel", "a distinct id per call (a tool message answers one id)", all_ids)
+
+
+def tools_reach_prompt(ctx: CheckContext) -> None:
+    """Tools offered without a tool_choice (auto by default) are rendered into the prompt: the
+    answer's prompt_tokens exceed those of the same request without tools. Needs no call."""
+    def prompt_tokens(ex: Any) -> int:
+        n = ((ex.json() if ex.status == 200 else {}).get("usage") or {}).get("prompt_tokens")
+        if not isinstance(n, int):
+            raise NotApplicable(f"no usage.prompt_tokens to compare ({ex.status}: {ex.text(120)})")
+        return n
+
+    with_tools = prompt_tokens(ctx.exchange)
+    without = prompt_tokens(ctx.resend({k: v for k, v in (ctx.body or {}).items() if k != "tools"}))
+    if with_tools <= without:
+        raise CheckFailure("tools_reach_prompt", "more prompt tokens with the tools than without (no tool_choice: "
+                           "auto, the tools offered to the model)",
+                           f"{with_tools} prompt tokens with the tools, {without} without them")
+
+
 CHECKS = {f.__name__: f for f in (answer_not_only_in_reasoning, tool_call_required, tool_call_named,
-                                  tool_call_delta_pieces)}
+                                  tool_call_delta_pieces, tool_calls_parallel, tools_reach_prompt)}

@@ -15,6 +15,8 @@ from conformance.tool_checks import (
     tool_call_delta_pieces,
     tool_call_named,
     tool_call_required,
+    tool_calls_parallel,
+    tools_reach_prompt,
 )
 
 SPEC = load_spec()
@@ -156,3 +158,53 @@ def test_a_call_the_parser_swallowed_fails():
     empty = msg(None, None) | {"usage": {"prompt_tokens": 70, "completion_tokens": 0, "total_tokens": 70}}
     with pytest.raises(NotApplicable):  # the model wrote nothing: no evidence either way
         tool_call_made(ctx(empty))
+
+
+def test_tools_parallel_calls_each_call_its_own_entry_with_its_own_id():
+    body = {"tools": [WEATHER], "parallel_tool_calls": True}
+    two = [("get_weather", '{"city": "Drassa"}'), ("get_weather", '{"city": "Castelune"}')]
+    tool_calls_parallel(ctx(msg(None, None, two, finish="tool_calls"), body))
+    with pytest.raises(NotApplicable, match="one call"):  # the model's choice: no evidence
+        tool_calls_parallel(ctx(msg(None, None, two[:1], finish="tool_calls"), body))
+    with pytest.raises(NotApplicable, match="no tool call"):
+        tool_calls_parallel(ctx(msg("It is sunny."), body))
+    same_id = msg(None, None, two, finish="tool_calls")
+    for c in same_id["choices"][0]["message"]["tool_calls"]:
+        c["id"] = "call_0"
+    with pytest.raises(CheckFailure, match="distinct id"):
+        tool_calls_parallel(ctx(same_id, body))
+    # the first call parsed, the second handed back as text
+    second_as_text = msg('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Castelune"}}\n</tool_call>',
+                         None, two[:1], finish="tool_calls")
+    with pytest.raises(CheckFailure, match="left in content"):
+        tool_calls_parallel(ctx(second_as_text, body))
+    with pytest.raises(NotApplicable, match="token limit"):
+        tool_calls_parallel(ctx(msg(None, None, two, finish="length"), body))
+
+
+def test_tools_parallel_calls_streamed_by_index_and_never_merged():
+    body = {"tools": [WEATHER], "parallel_tool_calls": True, "stream": True}
+    split = _chunks(*[{"tool_calls": [{"index": i, "id": f"c{i}", "type": "function",
+                                       "function": {"name": "get_weather", "arguments": f'{{"city": "{c}"}}'}}]}
+                      for i, c in enumerate(("Drassa", "Castelune"))])
+    tool_calls_parallel(ctx(split, body, sse=True))
+    merged = _chunks(*[{"tool_calls": [{"index": 0, "id": f"c{i}", "type": "function",
+                                        "function": {"name": "get_weather", "arguments": f'{{"city": "{c}"}}'}}]}
+                       for i, c in enumerate(("Drassa", "Castelune"))])
+    with pytest.raises(CheckFailure, match="one non-empty id"):  # two calls under one index
+        tool_calls_parallel(ctx(merged, body, sse=True))
+
+
+def test_tool_choice_auto_default_tools_must_reach_the_prompt():
+    # llama-cpp-python 0.3.36 --chat_format chatml-function-calling renders no tools unless the
+    # request names a tool_choice: 22 prompt tokens with the tools and without them
+    body = {"tools": [WEATHER], "messages": [{"role": "user", "content": "What's the weather in Drassa?"}]}
+
+    def usage(n):
+        return msg("No weather tool is available.") | {"usage": {"prompt_tokens": n, "completion_tokens": 1,
+                                                                 "total_tokens": n + 1}}
+    tools_reach_prompt(ctx(usage(70), body, resend=usage(22)))
+    with pytest.raises(CheckFailure, match="22 prompt tokens with the tools, 22 without"):
+        tools_reach_prompt(ctx(usage(22), body, resend=usage(22)))
+    with pytest.raises(NotApplicable, match="no usage"):
+        tools_reach_prompt(ctx(msg("Sunny."), body, resend=usage(22)))
