@@ -104,7 +104,9 @@ class ConformUser(User):
             gevent.sleep(min(float(ra), MAX_BACKOFF) if ra.strip().isdigit() else 0.5)
 
     def _report(self, rec: Any) -> None:
-        name = label(rec.endpoint, rec.mode) + (" (disconnecting)" if rec.key == "disconnect" else "")
+        # Refusals under a name of their own: the figures' latency is that of answered requests.
+        name = label(rec.endpoint, rec.mode) + (" (disconnecting)" if rec.key == "disconnect" else "") \
+            + (" (429)" if rec.status == 429 else "")
         fire = self.environment.events.request.fire
         bad = None
         if rec.lost or rec.status != 200 or rec.failures:
