@@ -192,7 +192,7 @@ def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: An
                          "messages": "msgs.response.shape", "systemone": "s1.answers.complete",
                          "responses": "resp.response.shape"}[endpoint],
                         "response_schema", errs[0].message))
-        if endpoint in ("systemone", "responses"):  # their answer invariants (conformance/checks.py)
+        if endpoint in ("systemone", "responses"):  # their answer invariants (conformance/checks/__init__.py)
             vector = SimpleNamespace(endpoint=endpoint, rule_id="property", expect={}, headers={})
             ctx = CheckContext(spec, vector, ex, body, None, expect={"status": ex.status})
             return bad + [(rid, f.check, str(f)[:300]) for rid, f in invariants(ctx)

@@ -19,11 +19,11 @@ from .checks import (
     CheckFailure,
     NotApplicable,
     Unsupported,
-    counters,
     evaluate,
     invariants,
     live_only_reason,
 )
+from .checks.operations import counters
 from .exchange import BodyNotJson, Exchange, TransportError
 
 #: Placeholders vectors use for inputs too large to write in YAML.

@@ -9,7 +9,8 @@ import pytest
 
 from colibri.spec import load_spec
 from colibri.spec.loader import build
-from conformance.checks import CheckContext, CheckFailure, no_server_error
+from conformance.checks import CheckContext, CheckFailure
+from conformance.checks.wire import no_server_error
 from conformance.exchange import Exchange
 from conformance.inprocess import ServerPool
 from conformance.mutants import _json_response, _rewrite
@@ -216,7 +217,7 @@ def test_msgs_usage_names_judges_unary_and_stream(broken, output_tokens, outcome
 
 def test_resp_response_shape_accepts_a_float_created_at_under_the_official_contract():
     # transformers serve 5.25: "created_at": 1796307405.4455304; OpenAI's reference types it a number.
-    from conformance.responses_checks import responses_usage
+    from conformance.checks.responses import responses_usage
 
     doc = {"id": "resp_1", "object": "response", "created_at": 1796307405.4455304, "status": "completed",
            "model": "m", "output": [], "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2,

@@ -8,15 +8,9 @@ import json
 import pytest
 
 from colibri.spec import load_spec
-from conformance.checks import (
-    CheckContext,
-    CheckFailure,
-    error_envelope,
-    evaluate,
-    logprob_join,
-    text_offset_chars,
-    usage_chunk_last,
-)
+from conformance.checks import CheckContext, CheckFailure, evaluate
+from conformance.checks.openai import logprob_join, text_offset_chars, usage_chunk_last
+from conformance.checks.wire import error_envelope
 from conformance.discovery import Capabilities, Finding
 from conformance.exchange import Exchange
 
@@ -119,7 +113,7 @@ def test_a_clean_refusal_of_an_optional_capability_is_unsupported_not_failed():
 
 def test_a_null_optional_key_in_a_stream_chunk_reads_as_absent_under_openai():
     # mockllm sends "role": null in every delta after the first; no SDK minds.
-    from conformance.checks import response_schema
+    from conformance.checks.wire import response_schema
 
     chunk = {"id": "a", "object": "chat.completion.chunk", "created": 1, "model": "m",
              "choices": [{"index": 0, "delta": {"role": None, "content": "x"}, "finish_reason": None}]}

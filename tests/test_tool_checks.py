@@ -9,15 +9,15 @@ import pytest
 
 from colibri.spec import load_spec
 from conformance.checks import CheckContext, CheckFailure, NotApplicable
-from conformance.exchange import Exchange
-from conformance.tool_checks import (
-    answer_not_only_in_reasoning,
+from conformance.checks.generation import answer_not_only_in_reasoning
+from conformance.checks.tools import (
     tool_call_delta_pieces,
     tool_call_named,
     tool_call_required,
     tool_calls_parallel,
     tools_reach_prompt,
 )
+from conformance.exchange import Exchange
 
 SPEC = load_spec()
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -108,7 +108,8 @@ def test_stream_argument_pieces_must_add_up_to_the_unary_call():
 def test_a_call_returned_as_text_is_unsupported_not_inconclusive():
     # transformers serve 5.24 on a llama-type model without a response_template parses nothing:
     # the model's call comes back as content. The server does not parse this model's calls.
-    from conformance.checks import Unsupported, arguments_json_string, tool_call_made
+    from conformance.checks import Unsupported
+    from conformance.checks.tools import arguments_json_string, tool_call_made
     from conformance.runner import _judge
 
     text = msg('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Drassa"}}\n</tool_call>')
@@ -136,7 +137,7 @@ def test_a_call_the_token_limit_cut_is_no_evidence_of_its_shape():
     # llama-server on the qwen-xml export: its grammar holds the model inside a <parameter=...>
     # value it never closes; at max_tokens the call's arguments are an unfinished JSON text,
     # as OpenAI's own are when max_tokens cuts a call.
-    from conformance.checks import arguments_json_string, tool_call_made
+    from conformance.checks.tools import arguments_json_string, tool_call_made
 
     cut = msg("", None, [("get_weather", '{"city":"<arg_key>city\\": \\"Drassa\\"}}')], finish="length")
     for check in (tool_call_made, arguments_json_string):
@@ -150,7 +151,7 @@ def test_a_call_the_token_limit_cut_is_no_evidence_of_its_shape():
 def test_a_call_the_parser_swallowed_fails():
     # vLLM 0.32 --tool-call-parser qwen3_xml on the qwen-xml export: the model wrote a JSON-tags
     # call (24 tokens) and the answer has no content, no reasoning and no call
-    from conformance.checks import tool_call_made
+    from conformance.checks.tools import tool_call_made
 
     gone = msg(None, None) | {"usage": {"prompt_tokens": 70, "completion_tokens": 24, "total_tokens": 94}}
     with pytest.raises(CheckFailure, match="24 tokens generated"):

@@ -1,6 +1,5 @@
-"""The named checks of the /v1/responses rules (spec/82-responses.yaml): the response object,
-the event stream's grammar, and the store (retrieve, delete, chaining), each a plain
-function over a CheckContext raising CheckFailure, as in checks.py.
+"""Checks of the /v1/responses rules (spec/82-responses.yaml): the response object, the event
+stream's grammar, and the store (retrieve, delete, chaining).
 
 The store checks make their own follow-up requests (a GET, a DELETE, a child response) with
 the vector's headers, so they judge any server the same way."""
@@ -9,10 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .checks import CheckContext, CheckFailure, NotApplicable, _stream
-from .exchange import Exchange
+from ..exchange import Exchange
+from .core import CheckContext, CheckFailure, NotApplicable, stream_data
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
 TEXT_DELTAS = {"response.output_text.delta": "response.output_text.done",
                "response.reasoning_text.delta": "response.reasoning_text.done",
                "response.refusal.delta": "response.refusal.done"}
@@ -24,7 +25,7 @@ def _doc(ctx: CheckContext, check: str) -> dict[str, Any]:
     if not ex.is_sse:
         doc = ex.json()
     else:
-        terminal = [d for d in _stream(ctx, check) if isinstance(d, dict) and d.get("type") in TERMINAL]
+        terminal = [d for d in stream_data(ctx, check) if isinstance(d, dict) and d.get("type") in TERMINAL]
         if not terminal:
             raise CheckFailure(check, "a terminal event carrying the response", "none")
         doc = terminal[-1].get("response")
@@ -116,7 +117,7 @@ def responses_incomplete(ctx: CheckContext) -> None:
     if reason != "max_output_tokens":
         raise CheckFailure("responses_incomplete", "incomplete_details.reason max_output_tokens", doc.get("incomplete_details"))
     if ctx.exchange.is_sse:
-        last = _stream(ctx, "responses_incomplete")[-1]
+        last = stream_data(ctx, "responses_incomplete")[-1]
         if last.get("type") != "response.incomplete":
             raise CheckFailure("responses_incomplete", "the stream ends with response.incomplete", last.get("type"))
 
@@ -124,7 +125,7 @@ def responses_incomplete(ctx: CheckContext) -> None:
 # ------------------------------------------------------------------ the stream
 
 def _events(ctx: CheckContext, check: str) -> list[dict[str, Any]]:
-    events = _stream(ctx, check)
+    events = stream_data(ctx, check)
     for i, d in enumerate(events):
         if not isinstance(d, dict) or not isinstance(d.get("type"), str):
             raise CheckFailure(check, "every event's data an object with a type", f"event {i}: {str(d)[:120]}")
@@ -427,8 +428,9 @@ def responses_store_evicts(ctx: CheckContext) -> None:
         raise CheckFailure("responses_store_evicts", "200 for the newest", "gone")
 
 
-CHECKS = {f.__name__: f for f in (
-    responses_usage, responses_echo, responses_error_null, responses_cap_named, responses_incomplete, responses_stream_sequence,
-    responses_stream_lifecycle, responses_stream_brackets, responses_stream_assembly, responses_function_calls,
-    responses_reasoning_tokens, responses_retrieve, responses_not_stored, responses_delete, responses_chain,
-    responses_chain_not_inherited, responses_chain_cached, responses_previous_not_found, responses_store_evicts)}
+#: The checks of this module, registered by name in conformance/checks/__init__.py.
+CHECKS = (responses_usage, responses_echo, responses_cap_named, responses_error_null, responses_incomplete,
+          responses_stream_sequence, responses_stream_lifecycle, responses_stream_brackets,
+          responses_stream_assembly, responses_function_calls, responses_reasoning_tokens, responses_retrieve,
+          responses_not_stored, responses_delete, responses_chain, responses_chain_not_inherited,
+          responses_chain_cached, responses_previous_not_found, responses_store_evicts)

@@ -1,38 +1,117 @@
-"""Checks of what a server made of a model's tool calls and reasoning (issue 48): a tool choice
-that was obeyed, argument pieces of a streamed call that add up, and an answer that did not end
-up only in the reasoning field. They read the answer the way checks.py does (unary or stream)."""
+"""Checks of what a server made of the model's tool calls: the fragments of a streamed call,
+arguments as a JSON string, calls to declared tools only, a tool choice obeyed; and the
+preconditions that the model called (or tried to call) a tool."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from .checks import (
+from colibri.tool_parsers import declared as tool_names
+
+from .answers import (
     CALL_MARKUP,
     CUT_OFF,
-    CheckContext,
-    CheckFailure,
-    NotApplicable,
-    Unsupported,
-    _stream,
+    TOOL_CALL_MARKUP,
     answer,
     cut_off,
     no_call,
+    parsed_arguments,
+    readable_answer,
+    vanished,
 )
+from .core import CheckContext, CheckFailure, NotApplicable, Unsupported, stream_data
 
 
-def answer_not_only_in_reasoning(ctx: CheckContext) -> None:
-    """The turn's answer reaches content (or is a tool call): a parser that files the whole reply
-    under reasoning leaves a client that shows `content` with nothing. A reply cut off by the
-    token limit inside its reasoning has no answer yet, so it is no evidence."""
+def tool_call_made(ctx: CheckContext) -> None:
+    """Precondition of the tool-call rules: the model called a tool (else INCONCLUSIVE)."""
+    a = readable_answer(ctx)
+    if not a.tool_calls:
+        lost = vanished(ctx, a)
+        if lost:
+            raise CheckFailure("tool_call_made", "the model's output back as a call or as text", lost)
+        raise no_call(a.content)
+    if a.finish in CUT_OFF:
+        raise cut_off()
+
+
+def tool_call_attempted(ctx: CheckContext) -> None:
+    """Precondition of a rule about where call markup goes: a call was parsed, or its markup
+    reached content (the leak such a rule fails; it is no reason to call the run vacuous)."""
+    a = readable_answer(ctx)
+    if not a.tool_calls and not any(m in a.content for m in TOOL_CALL_MARKUP):
+        raise NotApplicable("the model made no tool call and wrote no call markup")
+
+
+def tool_call_delta_index(ctx: CheckContext) -> None:
+    seen: set[int] = set()
+    for d in stream_data(ctx, "tool_call_delta_index"):
+        for ch in d.get("choices") or []:
+            for tc in (ch.get("delta") or {}).get("tool_calls") or []:
+                idx = tc.get("index")
+                if not isinstance(idx, int):
+                    raise CheckFailure("tool_call_delta_index", "an integer index", tc)
+                if idx not in seen:
+                    seen.add(idx)
+                    if not (tc.get("id") and tc.get("type") == "function" and (tc.get("function") or {}).get("name")):
+                        raise CheckFailure("tool_call_delta_index", "id, type and name in the first fragment", tc)
+    if not seen:
+        raise no_call(answer(ctx.exchange, ctx.endpoint).content)
+
+
+def arguments_json_string(ctx: CheckContext) -> None:
     a = answer(ctx.exchange, ctx.endpoint)
-    if a.content.strip() or a.tool_calls:
-        return
-    if not a.reasoning.strip():
-        raise NotApplicable("the model wrote nothing")
-    if a.finish in ("length", "max_tokens"):
-        raise NotApplicable("the reply was cut off inside its reasoning (finish length)")
-    raise CheckFailure("answer_not_only_in_reasoning", "the answer in content, any reasoning beside it",
-                       f"content {a.content!r}, reasoning {a.reasoning[:120]!r}")
+    if not a.tool_calls:
+        raise no_call(a.content)
+    if a.finish in CUT_OFF:
+        raise cut_off()
+    for raw in a.raw_arguments:
+        if not isinstance(raw, str) or not isinstance(parsed_arguments(raw), dict):
+            raise CheckFailure("arguments_json_string", "a JSON object encoded as a string", raw)
+
+
+def tool_calls_offered(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    offered = set(tool_names((ctx.body or {}).get("tools")))
+    stray = [name for name, _ in a.tool_calls if name not in offered]
+    if stray:
+        raise CheckFailure("tool_calls_offered", f"calls to {sorted(offered)} only", stray)
+    if not a.tool_calls and "<tool_call>" not in a.content:
+        raise NotApplicable("the model made no tool call")
+
+
+# a call's name as each native syntax writes it after its opening marker: json-tags
+# `"name": "N"`, qwen-xml `<function=N>`, glm-xml the name itself
+_MARKUP_NAME = re.compile(r'<tool_call>\s*(?:\{\s*"name"\s*:\s*"([^"]*)"|<function=([^>\s]*)>|([^\s<{]+))')
+
+
+def tool_markup_offered(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    offered = set(tool_names((ctx.body or {}).get("tools")))
+    written = [n for m in _MARKUP_NAME.finditer(a.content) for n in m.groups() if n]
+    stray = [name for name, _ in a.tool_calls if name not in offered] + [n for n in written if n not in offered]
+    if stray:
+        raise CheckFailure("tool_markup_offered", f"every call, returned or left as text, naming one of {sorted(offered)}",
+                           stray)
+    if not a.tool_calls and not written:
+        raise NotApplicable("the model made no tool call")
+
+
+def tool_names_declared(ctx: CheckContext) -> None:
+    a = answer(ctx.exchange, ctx.endpoint)
+    if not a.tool_calls:
+        raise no_call(a.content)
+    declared = set(tool_names((ctx.body or {}).get("tools")))
+
+    def norm(n: str) -> str:
+        return n.replace("-", "_").replace("__", "_").lower()
+
+    for name, _ in a.tool_calls:
+        if name in declared:
+            continue
+        if any(norm(name) == norm(d) for d in declared):  # the server rewrote a declared name
+            raise CheckFailure("tool_names_declared", sorted(declared), name)
+        raise NotApplicable(f"the model called {name!r}, which is no declared tool")
 
 
 def _declared(body: dict[str, Any]) -> list[str]:
@@ -83,7 +162,7 @@ def tool_call_delta_pieces(ctx: CheckContext) -> None:
     name, and argument pieces whose concatenation is a JSON object, the same object the unary
     answer to the same request carries."""
     calls: dict[int, dict[str, Any]] = {}
-    for d in _stream(ctx, "tool_call_delta_pieces"):
+    for d in stream_data(ctx, "tool_call_delta_pieces"):
         for ch in d.get("choices") or []:
             for tc in (ch.get("delta") or {}).get("tool_calls") or []:
                 c = calls.setdefault(tc.get("index", -1), {"ids": [], "names": [], "args": ""})
@@ -130,7 +209,7 @@ def _calls_with_ids(ctx: CheckContext) -> list[tuple[list[str], str, str]]:
         return [([c.get("id") or ""], (c.get("function") or {}).get("name") or "",
                  (c.get("function") or {}).get("arguments") or "") for c in msg.get("tool_calls") or []]
     calls: dict[Any, tuple[list[str], list[str], list[str]]] = {}
-    for d in _stream(ctx, "tool_calls_parallel"):
+    for d in stream_data(ctx, "tool_calls_parallel"):
         for ch in d.get("choices") or []:
             for tc in (ch.get("delta") or {}).get("tool_calls") or []:
                 ids, names, args = calls.setdefault(tc.get("index"), ([], [], []))
@@ -193,5 +272,7 @@ def tools_reach_prompt(ctx: CheckContext) -> None:
                            f"{with_tools} prompt tokens with the tools, {without} without them")
 
 
-CHECKS = {f.__name__: f for f in (answer_not_only_in_reasoning, tool_call_required, tool_call_named,
-                                  tool_call_delta_pieces, tool_calls_parallel, tools_reach_prompt)}
+#: The checks of this module, registered by name in conformance/checks/__init__.py.
+CHECKS = (tool_call_made, tool_call_attempted, tool_call_delta_index, arguments_json_string, tool_calls_offered,
+          tool_markup_offered, tool_names_declared, tool_call_required, tool_call_named, tool_call_delta_pieces,
+          tool_calls_parallel, tools_reach_prompt)
