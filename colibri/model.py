@@ -135,10 +135,12 @@ def scaled_rope(params: dict[str, Any], theta: float, head_dim: int, n_ctx: int)
 
 def open_engine(weights: Path, config: ModelConfig, n_slots: int = 1, n_threads: int = 0,
                 dequantize: bool = False) -> Any:
-    """The C engine over a safetensors or GGUF file (n_threads 0: the OpenMP default). GGUF block
+    """The C engine over a safetensors or GGUF file (n_threads 0: every usable core). GGUF block
     types stay quantized and BF16 stays BF16 unless `dequantize` expands everything to F32."""
-    from . import _engine
+    from .engine_threads import load_engine_module, usable_cores
 
+    _engine = load_engine_module()
+    n_threads = n_threads if n_threads > 0 else usable_cores()
     c = config
     return _engine.Engine(str(weights), dim=c.dim, hidden_dim=c.hidden_dim, n_layers=c.n_layers, n_heads=c.n_heads,
                           n_kv_heads=c.n_kv_heads, vocab_size=c.vocab_size, n_ctx=c.n_ctx,

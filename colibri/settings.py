@@ -114,10 +114,11 @@ class Settings:
         f"{SPARE_THREADS}, so that a request only ever waits in the admission queue)", type=int, check=at_least(1),
         scope="serve")
     n_threads: int = setting(
-        0, "--engine-threads", "COLI_ENGINE_THREADS", "compute threads for the engine (0: all cores; on a machine "
-        "where other work keeps cores busy, give only the idle ones: every step waits for its slowest thread, and a "
-        "thread sharing a busy core made held-out evaluation about 30x slower beside a 2-thread training run on 2 "
-        "cores)")
+        0, "--engine-threads", "COLI_ENGINE_THREADS", "compute threads for the engine (0: every core this process "
+        "may use). Its threads sleep at the barrier that ends each matmul instead of spinning (OMP_WAIT_POLICY=passive "
+        "unless you set it), so all cores serve best on a shared machine too: on 2 cores already loaded by other work, "
+        "2 sleeping threads decoded 24-56 tok/s beside 0-2 busy-looping processes, 1 thread 6-25, 2 spinning threads "
+        "(libgomp's default) 0.3-0.7 (bench/contention.py); give fewer to leave cores to other work")
     keepalive_seconds: float = setting(10.0, "--keepalive", "COLI_KEEPALIVE",
                                        "seconds of stream silence before a keepalive is sent", vector=True)
     idle_timeout: int = setting(
