@@ -43,8 +43,11 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
     "developer_role": ("chat", {"messages": [{"role": "developer", "content": "Answer briefly."},
                                              {"role": "user", "content": "Repeat exactly: hello"}]},
                        "chat accepts the developer role"),
-    "max_completion_tokens": ("chat", {"max_tokens": {"$delete": True}, "max_completion_tokens": 8},
-                              "chat accepts max_completion_tokens"),
+    # A prompt that runs long, so a server that accepts the field and ignores it (llama-server,
+    # issue 53: 1,128 tokens under a cap of 128) is told from one that honours it.
+    "max_completion_tokens": ("chat", {"max_tokens": {"$delete": True}, "max_completion_tokens": 8,
+                                       "messages": [{"role": "user", "content": "Count from 1 to 40."}]},
+                              "chat honours max_completion_tokens (no more than 8 tokens come back)"),
     "store": ("chat", {"store": False}, "chat accepts store"),
     "reasoning_effort": ("chat", {"reasoning_effort": "low"}, "chat accepts reasoning_effort"),
     "zai_thinking": ("chat", {"thinking": {"type": "disabled"}}, "chat accepts thinking: {type} (Z.ai style)"),
@@ -199,6 +202,10 @@ def _state(name: str, ex: Exchange) -> tuple[str, str]:
         return "error", "200 with a body that is not JSON"
     if name in ANSWER_PROBES:
         return _answer_state(name, doc)
+    if name == "max_completion_tokens":
+        used = (doc.get("usage") or {}).get("completion_tokens") if isinstance(doc, dict) else None
+        if isinstance(used, int) and used > 8:
+            return "ignored", f"200 with {used} completion tokens under max_completion_tokens 8"
     if name in ("logprobs", "top_logprobs_20"):
         choices = doc.get("choices") if isinstance(doc, dict) else None
         if not (choices and isinstance(choices[0], dict) and choices[0].get("logprobs")):

@@ -459,6 +459,25 @@ def test_error_envelope_probe_reads_the_refusal():
     assert _state("error_envelope", ex(500, b"Internal Server Error"))[0] == "error"
 
 
+def test_max_completion_tokens_probe_needs_the_cap_honoured():
+    """llama-server accepts max_completion_tokens and ignores it (issue 53: 1,128 tokens under a
+    cap of 128): the probe counts the tokens, so the settings fall back to max_tokens."""
+    from conformance.discovery import _state
+    from conformance.exchange import Exchange
+    from conformance.report import client_settings
+
+    def ex(used):
+        body = {"choices": [{"message": {"role": "assistant", "content": "1 2 3"}}], "usage": {"completion_tokens": used}}
+        return Exchange("POST", "/v1/chat/completions", {}, b"{}", 200, {"content-type": "application/json"},
+                        json.dumps(body).encode())
+
+    assert _state("max_completion_tokens", ex(8)) == ("served", "200")
+    state, detail = _state("max_completion_tokens", ex(40))
+    assert (state, detail) == ("ignored", "200 with 40 completion tokens under max_completion_tokens 8")
+    settings = client_settings({"max_completion_tokens": {"state": state}})
+    assert settings["pi_compat"]["maxTokensField"] == settings["openai_sdk"]["max_tokens_parameter"] == "max_tokens"
+
+
 def test_every_check_that_cannot_run_in_a_rule_run_says_why():
     from conformance.checks import LIVE_ONLY, LIVE_ONLY_WHY
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-GROUPS = {"text": ["text", "stream", "usage", "multi", "stop"], "tools": ["tools", "tools_stream"],
+GROUPS = {"text": ["text", "stream", "usage", "cap", "multi", "stop"], "tools": ["tools", "tools_stream"],
           "reasoning": ["reasoning"], "chaining": ["chain"]}
-GROUP_TITLES = {"text": "Text: one-shot, streamed (= unary at temperature 0), usage, multi-turn, stop sequence",
+GROUP_TITLES = {"text": "Text: one-shot, streamed (= unary at temperature 0), usage, max-tokens cap honoured, multi-turn, stop sequence",
                 "tools": "Tool loop: call, tool result, final answer (unary and streamed)",
                 "reasoning": "Reasoning on and off", "chaining": "Responses chaining with parking"}
 BEGIN, END = "<!-- clients:begin -->", "<!-- clients:end -->"

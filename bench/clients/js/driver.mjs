@@ -57,6 +57,14 @@ const SCENARIOS = {
     check(u && u.input > 0 && u.output > 0, `usage ${JSON.stringify(u)}`);
     return `${u.input} in / ${u.output} out`;
   },
+  cap: async () => {
+    // The max-tokens field the settings chose is honoured (a server that ignores it runs on).
+    const c = S.cap;
+    const r = await a.turn([a.user(c.prompt)], { maxTokens: c.max_tokens });
+    check(r.usage, `no usage to judge the cap by; text ${JSON.stringify(r.text.slice(0, 80))}`);
+    check(r.usage.output <= c.max_tokens, `${r.usage.output} output tokens under a cap of ${c.max_tokens}`);
+    return `${r.usage.output} output tokens (cap ${c.max_tokens})`;
+  },
   multi: async () => {
     const m = S.multi;
     const h = m.history.flatMap(([q, ans]) => [a.user(q), a.assistant(ans)]).concat([a.user(m.prompt)]);

@@ -63,6 +63,15 @@ class Scenarios:
         check(u and u["input"] > 0 and u["output"] > 0, f"usage {u}")
         return f"{u['input']} in / {u['output']} out"
 
+    def cap(self) -> str:
+        """The max-tokens field the settings chose is honoured (a server that ignores it runs on)."""
+        c = self.S["cap"]
+        r = self.a.turn([self.a.user(c["prompt"])], max_tokens=c["max_tokens"])
+        u = r["usage"]
+        check(u, f"no usage to judge the cap by; text {r['text'][:80]!r}")
+        check(u["output"] <= c["max_tokens"], f"{u['output']} output tokens under a cap of {c['max_tokens']}")
+        return f"{u['output']} output tokens (cap {c['max_tokens']})"
+
     def multi(self) -> str:
         m = self.S["multi"]
         h = [e for q, ans in m["history"] for e in (self.a.user(q), self.a.assistant(ans))] + [self.a.user(m["prompt"])]
