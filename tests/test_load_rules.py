@@ -230,3 +230,32 @@ def test_the_matrix_has_an_under_load_column_linking_each_servers_load_page(tmp_
     assert table[0].endswith("| under load |")
     assert table[2].endswith("| [16 users: PASS; 64 users: FAIL (load.saturation.no-5xx)](docs/compat/load/mockllm.md) |")
     assert table[3].endswith("| — |")
+
+
+def test_load_command_usage_errors_and_an_unreachable_target_are_named_exit_codes():
+    import subprocess
+    import sys
+
+    from live_server import free_port
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "conformance.cli", "load", *args], capture_output=True,
+                              text=True, timeout=120)
+
+    no_url = run("--duration", "5")
+    assert (no_url.returncode, "--base-url is required" in no_url.stderr) == (2, True)
+    assert run("--base-url", "http://127.0.0.1:1", "--users", "0").returncode == 2
+    gone = run("--base-url", f"http://127.0.0.1:{free_port()}", "--duration", "1")
+    assert gone.returncode == 3, gone.stderr
+
+
+def test_every_plan_item_is_sent_whatever_the_plan_length_and_the_disconnect_rate(spec):
+    from conformance.load.plan import Plan
+    from conformance.load.state import Shared
+
+    items = [item(spec)] * 10
+    for n, k in enumerate(items):
+        items[n] = Item(f"k{n}", k.rule, k.vector, k.mode, k.greedy)
+    sh = Shared(Plan(items), None, "http://x", {}, "m", 60.0, disconnect_every=10)
+    picks = [sh.next_item() for _ in range(22)]
+    assert sum(p is None for p in picks) == 2 and {p.key for p in picks if p} == {f"k{n}" for n in range(10)}

@@ -29,7 +29,8 @@ from typing import Any
 import gevent  # noqa: F401 - Locust patches the process before anything opens a socket
 import locust  # noqa: F401
 
-from .user import Shared, environment, run_local, run_master, run_worker
+from .state import Shared
+from .user import environment, run_local, run_master, run_worker
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
 

@@ -96,7 +96,7 @@ class Session:
         self.plan.items = kept
 
     def shared(self, headers: dict[str, str]) -> Any:
-        from .user import Shared
+        from .state import Shared
 
         return Shared(self.plan, self.judge(), self.args.base_url, headers, self.target.model, self.args.deadline,
                       self.args.disconnect_every)

@@ -11,9 +11,7 @@ a worker sends its records to the master in custom messages every second; the ma
 local runner) folds them."""
 from __future__ import annotations
 
-import itertools
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import gevent
@@ -21,8 +19,8 @@ from locust import User, constant, task
 
 from ..exchange import HttpTarget
 from .figures import ITL, REQUEST, TTFT, label
-from .judge import Judge, disconnect
-from .plan import Plan
+from .judge import disconnect
+from .state import Shared
 
 #: Custom Locust messages: master -> workers, workers -> master.
 PLAN, STOP, RECORDS = "colibri_plan", "colibri_stop", "colibri_records"
@@ -32,39 +30,6 @@ MAX_BACKOFF = 2.0
 
 class RefusedOrWrong(Exception):
     """How a request that was not a clean 200 shows in Locust's failure table."""
-
-
-@dataclass
-class Shared:
-    """What the users of one process share: the plan, the judge, where to send, the records."""
-
-    plan: Plan
-    judge: Judge
-    base_url: str
-    headers: dict[str, str]
-    model: str
-    deadline: float
-    disconnect_every: int = 10
-    records: list[dict[str, Any]] = field(default_factory=list)
-    stopping: bool = False
-    inflight: int = 0
-    sent: int = 0
-    counter: Any = field(default_factory=itertools.count)
-
-    def next_item(self) -> Any:
-        """The next plan item in turn, or None for a disconnecting request."""
-        i = next(self.counter)
-        if self.disconnect_every and (i + 1) % self.disconnect_every == 0:
-            return None
-        return self.plan.items[i % len(self.plan.items)]
-
-    def drain(self) -> list[dict[str, Any]]:
-        out, self.records = self.records, []
-        return out
-
-    @property
-    def done(self) -> bool:
-        return self.stopping and self.inflight == 0
 
 
 def _target(sh: Shared) -> HttpTarget:
