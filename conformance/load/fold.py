@@ -205,13 +205,14 @@ def greedy(v: Verdicts, records: list[dict[str, Any]], alone: dict[str, dict[str
     """The three greedy rules; returns the divergence figures for the report."""
     from ..differential import compare
 
-    compared = diverged = identical_fail = 0
+    compared = diverged = identical_fail = with_logprobs = 0
     per_key: Counter = Counter()
     for rec in records:
         base = (alone.get(rec["key"]) or {}).get("answer")
         if rec["answer"] is None or base is None:
             continue
         compared += 1
+        with_logprobs += rec["answer"][4] is not None
         ev = {"request": rec["key"], "alone": base, "under_load": rec["answer"]}
         if rec["answer"] != base:
             identical_fail += 1
@@ -246,8 +247,10 @@ def greedy(v: Verdicts, records: list[dict[str, Any]], alone: dict[str, dict[str
         if not v.vectors.get(DIVERGENCE):
             v.add(DIVERGENCE, "under-load", "unary", "PASS", reason=summary)
         if not identical_fail:
-            v.add(BIT_IDENTICAL, "under-load", "unary", "PASS", reason=f"{compared} greedy answers bit-identical to alone")
-    return {"compared": compared, "diverged": diverged, "rate": rate, "keys": dict(per_key.most_common(10))}
+            v.add(BIT_IDENTICAL, "under-load", "unary", "PASS", reason=f"{compared} greedy answers bit-identical to "
+                  f"alone, {with_logprobs} of them with their log probabilities")
+    return {"compared": compared, "diverged": diverged, "rate": rate, "with_logprobs": with_logprobs,
+            "keys": dict(per_key.most_common(10))}
 
 
 def fold_load(spec: Any, records: list[dict[str, Any]], items: dict[str, Any], alone: dict[str, dict[str, Any]],
