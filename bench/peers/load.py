@@ -4,6 +4,7 @@ OUT/summary.json, which `colibri-conform compat` reads for the matrix's "under l
 
     nice -n 10 python bench/peers/load.py --only colibri mockllm litellm --duration 60 --out docs/compat/load
     nice -n 10 python bench/peers/load.py --only colibri --users 64 --duration 120   # the Done-when run
+    python bench/peers/load.py --compat docs/compat --readme README.md               # only refresh the matrix
 
 Every FAIL on a page comes with what reproduces it: the curl of the request that showed it,
 where one request does, and the load command (users, duration, the rule) where only a load does.
@@ -109,13 +110,29 @@ def page(name: str, result: dict[str, Any], out: Path, duration: float) -> str:
     return "\n".join(lines)
 
 
+def refresh_matrix(compat: Path, readme: Path | None) -> None:
+    """Rewrite the published matrix (and the README's table) from the runs it already holds, so
+    its "under load" column shows OUT/summary.json; nothing is re-run."""
+    from colibri.spec import load_spec
+    from conformance import compat as c
+
+    runs = sorted(c.carried_runs(compat, set()), key=lambda r: f"{r.name}.meta.json")
+    c.write_compat(runs, compat, c.load_explanations(compat / "explanations"), load_spec())
+    if readme:
+        c.update_readme(readme, runs, c.load_numerics(compat / "differential"), c.load_tool_verdicts(compat / c.TOOLS_DIR),
+                        c.load_verdicts(compat / "load"))
+    say(f"refreshed {compat} ({len(runs)} servers)" + (f" and {readme}" if readme else ""))
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", nargs="+", required=True, help="peer names (bench/peers/catalog.py)")
+    p.add_argument("--only", nargs="+", default=[], help="peer names (bench/peers/catalog.py)")
     p.add_argument("--users", nargs="+", type=int, default=[16, 64])
     p.add_argument("--duration", type=float, default=60.0)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "compat" / "load")
     p.add_argument("--profile", action="append", default=[], help="passed to colibri-conform load (default: its own)")
+    p.add_argument("--compat", type=Path, help="afterwards, refresh this published matrix (docs/compat) from its own runs")
+    p.add_argument("--readme", type=Path, help="with --compat: also the headline table of this README")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     summary_file = a.out / "summary.json"
@@ -129,6 +146,8 @@ def main(argv: list[str]) -> int:
                                   for n, r in result["runs"].items()}}
         summary_file.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
         say(f"{name}: " + ", ".join(f"{n} users {r['verdict']}" for n, r in result["runs"].items()))
+    if a.compat:
+        refresh_matrix(a.compat, a.readme)
     return 0
 
 
