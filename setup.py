@@ -10,6 +10,7 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent
 SHIPPED_DIRS = ("spec", "schemas", "web")
+KERNEL_PATHS = ("portable", "avx2", "avxvnni", "avx512vnni")
 
 
 class BuildPyWithData(build_py):
@@ -35,7 +36,8 @@ def extensions() -> list:
 
     ext = Extension(
         "colibri._engine",
-        sources=["pyx/engine.pyx", "csrc/engine.c"],
+        # the matmul kernels once per instruction set (csrc/kernels.h), picked at load
+        sources=["pyx/engine.pyx", "csrc/engine.c", *(f"csrc/kernels_{p}.c" for p in KERNEL_PATHS)],
         include_dirs=["csrc", "pyx", numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=c11", "-ffp-contract=fast"],

@@ -8,6 +8,9 @@ MAX_SLOTS: int
 MAX_TOP_K: int
 PREFILL_NO_REUSE: int
 PREFILL_ALL_LOGITS: int
+KERNEL_PATHS: dict[str, int]
+
+def kernels_available() -> str: ...
 
 class Engine:
     vocab_size: int
@@ -16,7 +19,12 @@ class Engine:
     def __init__(self, path: str, *, dim: int, hidden_dim: int, n_layers: int, n_heads: int, n_kv_heads: int,
                  vocab_size: int, n_ctx: int, tie_embeddings: bool, rope_theta: float, norm_eps: float,
                  n_slots: int = 1, n_threads: int = 0, head_dim: int = 0,
-                 rope_inv_freq: Sequence[float] | None = None, dequantize: bool = False) -> None: ...
+                 rope_inv_freq: Sequence[float] | None = None, dequantize: bool = False,
+                 kernels: int = 0) -> None: ...
+    @property
+    def n_threads(self) -> int: ...
+    @property
+    def kernels(self) -> str: ...
     def prefill(self, slot: int, tokens: Sequence[int] | npt.NDArray[np.intc], *, reuse: bool = True,
                 all_logits: bool = False) -> tuple[int, npt.NDArray[np.float32]]: ...
     def prefill_branches(self, slot: int, branches: Sequence[Sequence[int]]) -> npt.NDArray[np.float32]: ...

@@ -8,6 +8,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from .engine_kernels import kernels_note
 from .engine_threads import threads_note
 from .server import worker_config
 from .settings import Settings
@@ -71,7 +72,7 @@ class ServeApplication(BaseApplication):  # type: ignore[misc]
             print(f"colibri: KV slot {slot}: {what}", flush=True)
         print(f"colibri: family {settings.family} ({self.family_note})", flush=True)
         print(f"colibri: weights: {model.weights_note(settings.dequantize)}", flush=True)
-        print(f"colibri: engine: {threads_note(settings.n_threads)}", flush=True)
+        print(f"colibri: engine: {threads_note(settings.n_threads)}; {kernels_note(svc.scheduler.engine)}", flush=True)
         quality = model.quality_note(settings.dequantize)
         if quality:
             print(f"colibri: quality: {quality}", flush=True)

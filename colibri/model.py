@@ -137,6 +137,7 @@ def open_engine(weights: Path, config: ModelConfig, n_slots: int = 1, n_threads:
                 dequantize: bool = False) -> Any:
     """The C engine over a safetensors or GGUF file (n_threads 0: every usable core). GGUF block
     types stay quantized and BF16 stays BF16 unless `dequantize` expands everything to F32."""
+    from .engine_kernels import kernel_cap
     from .engine_threads import load_engine_module, usable_cores
 
     _engine = load_engine_module()
@@ -147,7 +148,7 @@ def open_engine(weights: Path, config: ModelConfig, n_slots: int = 1, n_threads:
                           tie_embeddings=c.tie_embeddings, rope_theta=c.rope_theta, norm_eps=c.norm_eps,
                           n_slots=n_slots, n_threads=n_threads, head_dim=c.head_dim,
                           rope_inv_freq=None if c.rope_inv_freq is None else list(c.rope_inv_freq),
-                          dequantize=dequantize)
+                          dequantize=dequantize, kernels=kernel_cap(_engine))
 
 
 def _byte_decoder() -> dict[str, int]:

@@ -1,11 +1,13 @@
 /*
  * colibri engine: a Llama-architecture transformer, readable top to bottom.
  * Sections: safetensors reading, weights, state, kernels, forward pass, public API,
- * sampling. See engine.h for the contract and the status codes.
+ * sampling. The matmul kernels are in kernels.c, compiled once per instruction set and chosen
+ * at load (kernels.h). See engine.h for the contract and the status codes.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* madvise */
 #include "engine.h"
+#include "kernels.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -571,36 +573,6 @@ static void to_f32(dtype_t t, const char *src, size_t count, float *dst) {
 
 /* ============================================================ weights and state */
 
-/* How a matmul weight W (d, n) is kept in memory.
- *
- * W_F32 and W_BF16 are panels: ceil(d/16) panels, panel q holding output columns 16q..16q+15
- * as n rows of 16 elements, zero-padded past d. The kernel then reads each weight once per
- * step as whole contiguous vectors, with no horizontal sums. BF16 panels hold the file's
- * bfloat16 bits and widen them on load into the same float arithmetic: half the bytes, and
- * results identical to F32 panels of the same values.
- *
- * W_Q32 keeps a GGUF block type quantized: row o of W is n/32 blocks of 32 values,
- * value = scale * q + min with q unsigned and scale, min floats per block (unpack_block: the
- * file's own values, exactly). One form for every block type means one kernel (qtile).
- *
- * W_Q16 is W_Q32 with a scale and min per 16 values (two per block), for Q6_K, Q3_K and Q2_K,
- * whose scales change every 16 values (unpack_halves), alone or fused with other block types
- * (a Q4_K_M file's q, k in Q4_K beside v in Q6_K); its kernel is qtile16.
- *
- * Either keeps its quants as nibbles when every part fits in 4 bits (Q4_0, Q4_1, Q4_K, Q3_K,
- * Q2_K), 16 bytes a block, byte j holding value j low and value j + 16 high; else a byte per
- * value (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K, or a fused projection mixing those with 4-bit types). */
-typedef enum { W_F32, W_BF16, W_Q32, W_Q16 } wkind;
-
-typedef struct {
-    wkind kind;
-    int n, d;        /* input and output width of W (d, n) */
-    void *p;         /* panels: (n_panels, n, 16) floats or bf16, 64-byte aligned; blocks: (d, n/32) quants */
-    float *scale;    /* blocks only: (d, n/32); W_Q16: (d, n/16) */
-    float *min;      /* blocks only: (d, n/32); W_Q16: (d, n/16) */
-    int narrow;      /* blocks: every quant is below 64 (no Q8_0 part), so one 16-bit product pass is exact */
-    int nibbles;     /* blocks: quants two to a byte, 16 bytes a block (every part 4-bit or less) */
-} matrix;
 
 /* The token embedding as the file stores it (any readable type): rows are converted to F32
  * one at a time as tokens use them, so a quantized table stays quantized. */
@@ -654,6 +626,8 @@ struct colibri_engine {
     weights w;
     slot_state slots[COLIBRI_MAX_SLOTS];
     scratch s;
+    int kernel_path;             /* COLIBRI_KERNELS_*: the instruction set the matmuls use */
+    const kernel_set *kernels;   /* its functions */
     float *rope_cos, *rope_sin;  /* (n_ctx, head_size/2) */
     void *map;                   /* the mmapped file */
     size_t map_size;
@@ -741,413 +715,45 @@ static void softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-/* Below this many multiply-adds a parallel region costs more than it saves (and, on a busy
- * machine, a barrier waiting for a descheduled thread costs far more). */
-#define PARALLEL_MIN_WORK (1L << 14)
-
-#define PANEL 16  /* output columns per panel: one 512-bit vector of floats */
-typedef float vec16 __attribute__((vector_size(PANEL * sizeof(float))));
-
-typedef uint16_t u16x16 __attribute__((vector_size(PANEL * sizeof(uint16_t))));
-typedef uint32_t u32x16 __attribute__((vector_size(PANEL * sizeof(uint32_t))));
-
-static vec16 load16(const float *p) { vec16 v; memcpy(&v, p, sizeof v); return v; }
-
-/* Element i of a panel as 16 floats; bfloat16 is the top half of a float's bits. */
-static inline __attribute__((always_inline)) vec16 load_panel(const void *pan, size_t i, int bf16) {
-    vec16 v;
-    if (!bf16) {
-        memcpy(&v, (const float *)pan + i, sizeof v);
-    } else {
-        u16x16 h;
-        memcpy(&h, (const uint16_t *)pan + i, sizeof h);
-        u32x16 bits = __builtin_convertvector(h, u32x16) << 16;
-        memcpy(&v, &bits, sizeof v);
-    }
-    return v;
-}
-
-/* One register tile: RB input rows against CB panels, all n inputs. Each step j loads CB
- * weight vectors and multiplies each by RB broadcast inputs, so a weight is read once for
- * all rows of a batch and every output column keeps one running sum in a register: each
- * output is the same sequential sum over j whatever the batch size, so a batched decode
- * gives bit-identical results to a single-slot one. RB and CB are literals at every call
- * site, so the compiler unrolls both loops into RB*CB independent accumulators. */
-static inline __attribute__((always_inline)) void tile(float *out, const float *x, const void *pan,
-                                                     int n, int d, int col0, int RB, int CB, int BF) {
-    vec16 acc[4][4] = {{{0}}};
-    for (int j = 0; j < n; j++) {
-        vec16 w[4];
-        for (int c = 0; c < CB; c++) w[c] = load_panel(pan, ((size_t)c * n + j) * PANEL, BF);
-        for (int r = 0; r < RB; r++) {
-            float xr = x[(size_t)r * n + j];
-            for (int c = 0; c < CB; c++) acc[r][c] += w[c] * xr;
-        }
-    }
-    for (int r = 0; r < RB; r++)
-        for (int c = 0; c < CB; c++) {
-            int col = col0 + c * PANEL, keep = d - col < PANEL ? d - col : PANEL;
-            memcpy(out + (size_t)r * d + col, &acc[r][c], sizeof(float) * (size_t)keep);
-        }
-}
-
-#define TILE_COLS(RB, BF)                                                                       \
-    switch (cb) {                                                                               \
-    case 4: tile(o, xr, pan, n, d, col0, RB, 4, BF); break;                                     \
-    case 3: tile(o, xr, pan, n, d, col0, RB, 3, BF); break;                                     \
-    case 2: tile(o, xr, pan, n, d, col0, RB, 2, BF); break;                                     \
-    default: tile(o, xr, pan, n, d, col0, RB, 1, BF); break;                                    \
-    }
-#define TILE_ROWS(RB) if (bf16) { TILE_COLS(RB, 1) } else { TILE_COLS(RB, 0) }
-
-/* out (rows, d) = x (rows, n) @ W^T on panels. Threads split the output columns in groups of
- * four panels; within a group the rows go four at a time, so a group's panels (n * 256 bytes
- * of floats) stay in cache while a prefill streams its rows past them. */
-static void panel_matmul(float *out, const float *x, const matrix *w, int rows, int threads) {
-    const int n = w->n, d = w->d, n_panels = (d + PANEL - 1) / PANEL, n_groups = (n_panels + 3) / 4;
-    const int bf16 = w->kind == W_BF16;
-    const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float);
-    int g;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
-    for (g = 0; g < n_groups; g++) {
-        const int cb = n_panels - 4 * g < 4 ? n_panels - 4 * g : 4, col0 = 4 * g * PANEL;
-        const void *pan = (const char *)w->p + (size_t)4 * g * n * PANEL * esize;
-        for (int r = 0; r < rows; r += 4) {
-            const float *xr = x + (size_t)r * n;
-            float *o = out + (size_t)r * d;
-            switch (rows - r < 4 ? rows - r : 4) {
-            case 4: TILE_ROWS(4) break;
-            case 3: TILE_ROWS(3) break;
-            case 2: TILE_ROWS(2) break;
-            default: TILE_ROWS(1) break;
-            }
-        }
-    }
-}
-#undef TILE_ROWS
-#undef TILE_COLS
-
-/* ---- block kernels (W_Q32, W_Q16) ----
- *
- * The input rows are quantized too, the way llama.cpp's Q8_0/Q8_1 activations are: each
- * 32-value block to int8 with scale amax/127 (nearest), keeping scale * Σq for the min term.
- * A weight block against an input block is then one integer dot product:
- *     Σ_j (scale_w q_j + min_w) (scale_a a_j) = scale_w scale_a Σ_j q_j a_j + min_w (scale_a Σ_j a_j)
- * The error against the dequantized F32 weights is the input rounding alone (at most half a
- * step of amax/127 per value), stated per format in tests/test_gguf.py. Input block scales
- * are stored four rows interleaved, so one vector multiply gives a weight block's scale
- * products for four rows. W_Q16's min term takes the same sum per 16-value half (h). */
-static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, float *s, float *h) {
-    const int nb = n / 32;
-    for (int r = 0; r < rows; r++)
-        for (int b = 0; b < nb; b++) {
-            const size_t blk = (size_t)r * nb + b;
-            const float *xb = x + blk * 32;
-            float amax = 0.0f;
-            for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
-            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, scale = amax / 127.0f;
-            int sum[2] = {0, 0};
-            for (int j = 0; j < 32; j++) {
-                int v = (int)nearbyintf(xb[j] * inv);
-                q[blk * 32 + j] = (int8_t)v;
-                sum[j / 16] += v;
-            }
-            d[((size_t)(r / 4) * nb + b) * 4 + r % 4] = scale;
-            s[blk] = scale * (float)(sum[0] + sum[1]);
-            h[2 * blk] = scale * (float)sum[0];
-            h[2 * blk + 1] = scale * (float)sum[1];
-        }
-}
-
-/* With AVX-512 VNNI a 512-bit register takes two blocks at once (lanes 0-7 block b, 8-15
- * block b + 1); with AVX2 a 256-bit register takes one; elsewhere the portable loops below
- * compute the same sums. */
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define HAVE_AVX2 1  /* W_Q16 uses it on every such machine, W_Q32 only without VNNI */
-#if defined(__AVX512VNNI__) && defined(__AVX512F__)
-#define QSIMD 1
-#else
-#define QAVX2 1
-#endif
-#endif
-
-#ifdef HAVE_AVX2
-static inline float hsum8(__m256 v) {
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
-}
-#endif
-
-/* Σ_b min_b * sum_b over a row's blocks: the weights' min term (see above). */
-static inline float min_term(const float *wm, const float *as, int nb) {
-    float t = 0.0f;
-    int b = 0;
-#ifdef HAVE_AVX2
-    __m256 acc = _mm256_setzero_ps();
-    for (; b + 8 <= nb; b += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(wm + b), _mm256_loadu_ps(as + b), acc);
-    t = hsum8(acc);
-#endif
-    for (; b < nb; b++) t += wm[b] * as[b];
-    return t;
-}
-
-/* The weights of one output row for the block kernel. */
-typedef struct {
-    const unsigned char *q;
-    const float *scale, *min;
-} qrow;
-
-#ifdef QSIMD
-/* Blocks b and b + 1 of a weight row as 64 unsigned bytes (b alone, upper half zero, if !two). */
-static inline __attribute__((always_inline)) __m512i qweights(const qrow *w, int b, int q4, int two) {
-    if (!q4)
-        return two ? _mm512_loadu_si512(w->q + (size_t)b * 32)
-                   : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 32)));
-    const __m256i low = _mm256_set1_epi8(0x0f);
-    __m256i x = two ? _mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 16))
-                    : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w->q + (size_t)b * 16)));
-    __m256i lo = _mm256_and_si256(x, low), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
-    /* 128-bit lanes [lo_b, lo_b+1, hi_b, hi_b+1] -> [lo_b, hi_b, lo_b+1, hi_b+1]: values 0-31 of b, then of b + 1 */
-    __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    return _mm512_shuffle_i64x2(t, t, _MM_SHUFFLE(3, 1, 2, 0));
-}
-
-/* acc[o][r] += blocks b (and b + 1 if two) of weight row o · input row r, for OB weight rows
- * and RB input rows (see qtile). */
-static inline __attribute__((always_inline)) void qblocks(__m512 acc[2][4], const qrow *w, int b, int two,
-                                                        const int8_t *aq, const float *ad, int n, int q4, int OB,
-                                                        int RB) {
-    __m512i a[4];
-    for (int r = 0; r < RB; r++)
-        a[r] = two ? _mm512_loadu_si512(aq + (size_t)r * n + (size_t)b * 32)
-                   : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32)));
-    /* lanes 0-3: block b's input scale in rows 0-3; lanes 4-7: block b + 1's (zero if !two) */
-    const __m256 adv = two ? _mm256_loadu_ps(ad + (size_t)b * 4) : _mm256_zextps128_ps256(_mm_loadu_ps(ad + (size_t)b * 4));
-    for (int o = 0; o < OB; o++) {
-        const __m512i wv = qweights(&w[o], b, q4, two);
-        const __m256 wsv = _mm256_set_m128(_mm_set1_ps(two ? w[o].scale[b + 1] : 0.0f), _mm_set1_ps(w[o].scale[b]));
-        const __m512 prod = _mm512_castps256_ps512(_mm256_mul_ps(wsv, adv));
-        for (int r = 0; r < RB; r++) {
-            const __m512i pick = _mm512_set_epi32(4 + r, 4 + r, 4 + r, 4 + r, 4 + r, 4 + r, 4 + r, 4 + r,
-                                                  r, r, r, r, r, r, r, r);
-            const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, a[r]));
-            acc[o][r] = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(pick, prod), acc[o][r]);
-        }
-    }
-}
-#endif
-
-#ifdef HAVE_AVX2
-/* Block b of a weight row as 32 unsigned bytes, values 0-31 in order. */
-static inline __attribute__((always_inline)) __m256i qweights8(const qrow *w, int b, int q4) {
-    if (!q4) return _mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 32));
-    const __m128i x = _mm_loadu_si128((const __m128i *)(w->q + (size_t)b * 16)), low = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), low), _mm_and_si128(x, low));
-}
-
-static inline __attribute__((always_inline)) void zero_tile(__m256 acc[2][4], int OB, int RB) {
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) acc[o][r] = _mm256_setzero_ps();
-}
-
-/* Block b of RB quantized input rows (row stride n). */
-static inline __attribute__((always_inline)) void input_blocks(__m256i a[4], const int8_t *aq, int n, int b, int RB) {
-    for (int r = 0; r < RB; r++) a[r] = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
-}
-
-/* Σ_j w_j a_j over one block as eight int32 partial sums (w unsigned bytes, a int8).
- * AVX2 has no u8 x s8 -> i32 instruction: maddubs makes int16 pair sums, which saturate past
- * 32767, so this is exact only for weights that cannot reach it (qtile_avx2 says which). */
-static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
-}
-#endif
-
-/* How the tile kernels read a weight block: QF_NIBBLES (quants in nibbles), QF_NARROW (bytes,
- * every quant below 64: one 16-bit pass is exact with AVX2) or QF_WIDE (a Q8_0 part). */
-enum { QF_WIDE, QF_NIBBLES, QF_NARROW };
-
-#ifdef HAVE_AVX2
-/* The AVX2 tile (see qtile) for W_Q32 (half = 0: a scale and min per block, input sums per
- * block) and W_Q16 (half = 1: per 16 values, input sums per half block). A block's 32 products
- * land in eight int32 lanes, lanes 0-3 from values 0-15, so one vector holding each half's scale
- * applies both. Weights below 64 take one 16-bit pass. QF_WIDE bytes (Q8_0's int8 + 128) could
- * saturate it: q - 128 is multiplied instead, its magnitude against the input with its sign
- * moved onto the input (at most 128 x 127 x 2), and the 128 Σa left out is added at the end as
- * 128 Σ scale (scale_a Σa) over the blocks or halves. */
-static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, const qrow *w, int nb,
-                                                           const int8_t *aq, const float *ad, const float *sums, int n,
-                                                           int form, int half, int OB, int RB) {
-    const int ns = half ? 2 * nb : nb;  /* scales, mins and input sums per row */
-    __m256 acc[2][4];
-    zero_tile(acc, OB, RB);
-    for (int b = 0; b < nb; b++) {
-        __m256i a[4];
-        input_blocks(a, aq, n, b, RB);
-        for (int o = 0; o < OB; o++) {
-            const __m256i wv = qweights8(&w[o], b, form == QF_NIBBLES);
-            const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80)), wabs = _mm256_abs_epi8(ws);
-            const float s0 = w[o].scale[half ? 2 * b : b], s1 = w[o].scale[half ? 2 * b + 1 : b];
-            for (int r = 0; r < RB; r++) {
-                const float x = ad[(size_t)b * 4 + r];
-                const __m256i dot = form == QF_WIDE ? qdot8(wabs, _mm256_sign_epi8(a[r], ws)) : qdot8(wv, a[r]);
-                acc[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
-                                            _mm256_set_m128(_mm_set1_ps(s1 * x), _mm_set1_ps(s0 * x)), acc[o][r]);
-            }
-        }
-    }
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) {
-            float t = hsum8(acc[o][r]) + min_term(w[o].min, sums + (size_t)r * ns, ns);
-            if (form == QF_WIDE) t += 128.0f * min_term(w[o].scale, sums + (size_t)r * ns, ns);
-            out[o + (size_t)r * d] = t;
-        }
-}
-#endif
-
-/* out[o + r * d] = weight row o · input row r for OB (1 or 2) weight rows and RB (1..4) input
- * rows: quants aq (row stride n), block scales ad (four rows interleaved), sums as (row
- * stride nb). Each weight block is unpacked once for all RB rows and each input block loaded
- * once for both weight rows. Every output is the same sequence of operations whatever OB and
- * RB are, so a batched decode gives bit-identical rows to a single one. */
-
-static inline __attribute__((always_inline)) void qtile(float *out, int d, const qrow *w, int nb, const int8_t *aq,
-                                                      const float *ad, const float *as, int n, int form, int OB,
-                                                      int RB) {
-    const int q4 = form == QF_NIBBLES;
-#ifdef QSIMD
-    __m512 acc[2][4];
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) acc[o][r] = _mm512_setzero_ps();
-    int b = 0;
-    for (; b + 2 <= nb; b += 2) qblocks(acc, w, b, 1, aq, ad, n, q4, OB, RB);
-    if (b < nb) qblocks(acc, w, b, 0, aq, ad, n, q4, OB, RB);
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++)
-            out[o + (size_t)r * d] = _mm512_reduce_add_ps(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
-#elif defined(QAVX2)
-    (void)q4;
-    qtile_avx2(out, d, w, nb, aq, ad, as, n, form, 0, OB, RB);
-#else
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) {
-            float acc = 0.0f;
-            for (int b = 0; b < nb; b++) {
-                const unsigned char *wq = w[o].q + (size_t)b * (q4 ? 16 : 32);
-                const int8_t *a = aq + (size_t)r * n + (size_t)b * 32;
-                int32_t dot = 0;
-                for (int j = 0; j < 32; j++) {
-                    int wj = q4 ? (j < 16 ? wq[j] & 0x0f : wq[j - 16] >> 4) : wq[j];
-                    dot += wj * a[j];
-                }
-                acc += (float)dot * (w[o].scale[b] * ad[(size_t)b * 4 + r]);
-            }
-            out[o + (size_t)r * d] = acc + min_term(w[o].min, as + (size_t)r * nb, nb);
-        }
-#endif
-}
-
-/* qtile for W_Q16: quants with a scale and min per 16 values, input half-block sums ah (row
- * stride 2 nb) for the min term. `form`: QF_NIBBLES (every part 4-bit or less), QF_NARROW or
- * QF_WIDE (a Q8_0 part). */
-static inline __attribute__((always_inline)) void qtile16(float *out, int d, const qrow *w, int nb, const int8_t *aq,
-                                                        const float *ad, const float *ah, int n, int form, int OB,
-                                                        int RB) {
-#ifdef HAVE_AVX2
-    qtile_avx2(out, d, w, nb, aq, ad, ah, n, form, 1, OB, RB);
-#else
-    const int q4 = form == QF_NIBBLES;
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) {
-            float acc = 0.0f;
-            for (int b = 0; b < nb; b++) {
-                const unsigned char *wq = w[o].q + (size_t)b * (q4 ? 16 : 32);
-                const int8_t *a = aq + (size_t)r * n + (size_t)b * 32;
-                int32_t dot[2] = {0, 0};
-                for (int j = 0; j < 32; j++) dot[j / 16] += (q4 ? (j < 16 ? wq[j] & 0x0f : wq[j - 16] >> 4) : wq[j]) * a[j];
-                const float x = ad[(size_t)b * 4 + r];
-                acc += (float)dot[0] * (w[o].scale[2 * b] * x) + (float)dot[1] * (w[o].scale[2 * b + 1] * x);
-            }
-            out[o + (size_t)r * d] = acc + min_term(w[o].min, ah + (size_t)r * 2 * nb, 2 * nb);
-        }
-#endif
-}
-
-/* A tile kernel (qtile or qtile16, with its input sums and mode) for the current ob x rb tile,
- * each shape its own inlined copy. */
-#define QTILE_ROWS(FN, SUMS, MODE, OB)                                                                      \
-    switch (rb) {                                                                                           \
-    case 4: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 4); break;                                          \
-    case 3: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 3); break;                                          \
-    case 2: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 2); break;                                          \
-    default: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 1); break;                                         \
-    }
-#define QTILE(FN, SUMS, MODE) if (ob == 2) { QTILE_ROWS(FN, SUMS, MODE, 2) } else { QTILE_ROWS(FN, SUMS, MODE, 1) }
-
-/* Output rows per work item: a group's blocks stay in cache while the input rows pass by. */
-#define QGROUP 16
-#define QPREFETCH 4  /* rows ahead */
-
-/* out (rows, d) = x (rows, n) @ W^T on blocks. The input rows are quantized once (into s),
- * then threads split the output rows in groups of QGROUP; each group takes its weight rows
- * two at a time against the input rows four at a time. */
-static void block_matmul(float *out, const float *x, const matrix *w, int rows, int threads, scratch *s) {
-    const int n = w->n, d = w->d, nb = n / 32, q4 = w->nibbles, n_groups = (d + QGROUP - 1) / QGROUP;
-    const int half = w->kind == W_Q16, ns = half ? 2 * nb : nb;  /* scales (and mins) per weight row */
-    const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
-    quantize_rows(x, rows, n, s->aq, s->ad, s->as, s->ah);
-    int g;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
-    for (g = 0; g < n_groups; g++) {
-        const int o_end = (g + 1) * QGROUP < d ? (g + 1) * QGROUP : d;
-        for (int r = 0; r < rows; r += 4) {
-            const int rb = rows - r < 4 ? rows - r : 4;
-            const int8_t *aq = s->aq + (size_t)r * n;
-            const float *ad = s->ad + (size_t)r * nb, *as = s->as + (size_t)r * nb;  /* r is a multiple of 4 */
-            const float *ah = s->ah + (size_t)r * 2 * nb;
-            for (int row = g * QGROUP; row < o_end; row += 2) {
-                const int ob = o_end - row < 2 ? o_end - row : 2;
-                qrow w2[2];
-                for (int i = 0; i < ob; i++)
-                    w2[i] = (qrow){(const unsigned char *)w->p + (size_t)(row + i) * qbytes,
-                                   w->scale + (size_t)(row + i) * ns, w->min + (size_t)(row + i) * ns};
-                if (row + QPREFETCH + ob <= d) {  /* decode streams W from memory once: ask for it early */
-                    const char *ahead[3] = {(const char *)w2[0].q + QPREFETCH * qbytes,
-                                            (const char *)(w2[0].scale + QPREFETCH * (size_t)ns),
-                                            (const char *)(w2[0].min + QPREFETCH * (size_t)ns)};
-                    const size_t len[3] = {ob * qbytes, ob * ns * sizeof(float), ob * ns * sizeof(float)};
-                    for (int k = 0; k < 3; k++)
-                        for (size_t off = 0; off < len[k]; off += 64) __builtin_prefetch(ahead[k] + off);
-                }
-                float *o = out + (size_t)r * d + row;
-                if (half) {
-                    if (q4) {
-                        QTILE(qtile16, ah, QF_NIBBLES)
-                    } else if (w->narrow) {
-                        QTILE(qtile16, ah, QF_NARROW)
-                    } else {
-                        QTILE(qtile16, ah, QF_WIDE)
-                    }
-                } else if (q4) {
-                    QTILE(qtile, as, QF_NIBBLES)
-                } else if (w->narrow) {
-                    QTILE(qtile, as, QF_NARROW)
-                } else {
-                    QTILE(qtile, as, QF_WIDE)
-                }
-            }
-        }
-    }
-}
-#undef QTILE
-#undef QTILE_ROWS
 
 /* out (rows, d) = x (rows, n) @ W^T, whatever form W is kept in. */
 static void matmul(colibri_engine *e, float *out, const float *x, const matrix *w, int rows) {
-    if (w->kind == W_Q32 || w->kind == W_Q16) block_matmul(out, x, w, rows, e->n_threads, &e->s);
-    else panel_matmul(out, x, w, rows, e->n_threads);
+    const qinput q = {e->s.aq, e->s.ad, e->s.as, e->s.ah};
+    if (w->kind == W_Q32 || w->kind == W_Q16) e->kernels->block_matmul(out, x, w, rows, e->n_threads, &q);
+    else e->kernels->panel_matmul(out, x, w, rows, e->n_threads);
+}
+
+/* ---- kernel paths (kernels.h): each compiled for its instruction set, chosen at load ---- */
+
+static const kernel_set KERNEL_SETS[] = {
+    [COLIBRI_KERNELS_PORTABLE] = {"portable", panel_matmul_portable, block_matmul_portable},
+#if defined(__x86_64__) || defined(__i386__)
+    [COLIBRI_KERNELS_AVX2] = {"avx2", panel_matmul_avx2, block_matmul_avx2},
+    [COLIBRI_KERNELS_AVXVNNI] = {"avxvnni", panel_matmul_avxvnni, block_matmul_avxvnni},
+    [COLIBRI_KERNELS_AVX512VNNI] = {"avx512vnni", panel_matmul_avx512vnni, block_matmul_avx512vnni},
+#endif
+};
+
+/* The widest kernel path this CPU runs (what the OS enables, as __builtin_cpu_supports reads it). */
+static int cpu_kernel_path(void) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+        && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+        && __builtin_cpu_supports("avx512vnni"))
+        return COLIBRI_KERNELS_AVX512VNNI;
+    if (avx2 && __builtin_cpu_supports("avxvnni")) return COLIBRI_KERNELS_AVXVNNI;
+    if (avx2) return COLIBRI_KERNELS_AVX2;
+#endif
+    return COLIBRI_KERNELS_PORTABLE;
+}
+
+int colibri_kernels_available(void) { return cpu_kernel_path(); }
+
+const char *colibri_kernels_name(int path) {
+    if (path < COLIBRI_KERNELS_PORTABLE || path >= (int)(sizeof KERNEL_SETS / sizeof KERNEL_SETS[0])) return NULL;
+    return KERNEL_SETS[path].name;
 }
 
 /* RoPE: rotate-half pairs i with i + head_size/2 (the Hugging Face convention); interleaved
@@ -1627,6 +1233,7 @@ static int check_config(const colibri_config *c) {
         || c->vocab_size <= 0 || c->n_ctx <= 0 || c->n_heads % c->n_kv_heads
         || hs <= 0 || hs % 2 || c->rope_theta <= 0 || c->norm_eps <= 0)
         return COLIBRI_E_CONFIG;
+    if (c->kernels < COLIBRI_KERNELS_BEST || c->kernels > COLIBRI_KERNELS_AVX512VNNI) return COLIBRI_E_ARG;
     if (c->rope_inv_freq)
         for (int i = 0; i < hs / 2; i++)
             if (!(c->rope_inv_freq[i] > 0) || !isfinite(c->rope_inv_freq[i])) return COLIBRI_E_CONFIG;
@@ -1664,6 +1271,9 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     e->max_in = cfg->dim > e->q_dim ? cfg->dim : e->q_dim;
     e->max_in = cfg->hidden_dim > e->max_in ? cfg->hidden_dim : e->max_in;
     e->n_slots = n_slots;
+    e->kernel_path = cpu_kernel_path();
+    if (cfg->kernels != COLIBRI_KERNELS_BEST && cfg->kernels < e->kernel_path) e->kernel_path = cfg->kernels;
+    e->kernels = &KERNEL_SETS[e->kernel_path];
 #ifdef _OPENMP
     e->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
 #else
@@ -1783,6 +1393,10 @@ void colibri_free(colibri_engine *e) {
 /* ============================================================ public API */
 
 const colibri_config *colibri_get_config(const colibri_engine *e) { return e ? &e->cfg : NULL; }
+
+int colibri_threads(const colibri_engine *e) { return e ? e->n_threads : COLIBRI_E_ARG; }
+
+int colibri_kernels(const colibri_engine *e) { return e ? e->kernel_path : COLIBRI_E_ARG; }
 
 static int bad_slot(const colibri_engine *e, int slot) { return !e || slot < 0 || slot >= e->n_slots; }
 

@@ -10,7 +10,7 @@
  * one safetensors or GGUF file. F32 and F16 matrices compute in F32; BF16 matrices stay
  * BF16 and widen to F32 in the kernel (identical results); GGUF block types (Q8_0, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay quantized and multiply integer dot products against
- * inputs quantized per 32-value block (see engine.c: block kernels). Norms, attention and
+ * inputs quantized per 32-value block (see kernels.c: block kernels). Norms, attention and
  * logits are F32.
  *
  * KV slots: 1..16 independent sequences, each with its token history. A prefill compares
@@ -44,6 +44,14 @@ extern "C" {
 #define COLIBRI_MAX_SLOTS 16
 #define COLIBRI_MAX_TOP_K 32
 
+/* Kernel paths, narrowest first: the instruction set the matmul kernels are compiled for. Each
+ * computes the same sums (up to float rounding order); see colibri_config.kernels. */
+#define COLIBRI_KERNELS_BEST        0  /* as a cap: none, the widest path this CPU runs */
+#define COLIBRI_KERNELS_PORTABLE    1  /* plain C loops: any CPU (ARM runs these: no NEON kernels yet) */
+#define COLIBRI_KERNELS_AVX2        2  /* x86 AVX2 + FMA */
+#define COLIBRI_KERNELS_AVXVNNI     3  /* AVX2 + FMA + AVX-VNNI (256-bit int8 dot products) */
+#define COLIBRI_KERNELS_AVX512VNNI  4  /* AVX-512 F/BW/VL/DQ + VNNI */
+
 /* prefill flags */
 #define COLIBRI_PREFILL_NO_REUSE   1   /* recompute from position 0 even if the slot holds a matching prefix */
 #define COLIBRI_PREFILL_ALL_LOGITS 2   /* write logits for every computed position, not only the last */
@@ -68,6 +76,10 @@ typedef struct {
      * 1: every tensor is expanded to F32 at load (the exact reference the quantized kernels
      * are measured against, at 2-8x the memory). */
     int dequantize;
+    /* A cap on the kernel path (COLIBRI_KERNELS_*): the widest path the CPU runs that is not wider
+     * than this one; COLIBRI_KERNELS_BEST (0): no cap. To measure or test a narrower CPU's path on
+     * a wider one. colibri_load returns COLIBRI_E_ARG for a value outside the list. */
+    int kernels;
 } colibri_config;
 
 typedef struct colibri_engine colibri_engine;
@@ -119,6 +131,16 @@ int colibri_slot_save(const colibri_engine *e, int slot, void *buf, size_t cap);
 int colibri_slot_load(colibri_engine *e, int slot, const void *buf, size_t n);
 
 const colibri_config *colibri_get_config(const colibri_engine *e);
+
+/* Threads the engine computes with (n_threads of colibri_load, or the OpenMP default it chose). */
+int colibri_threads(const colibri_engine *e);
+/* The kernel path the engine runs (COLIBRI_KERNELS_*, never BEST). */
+int colibri_kernels(const colibri_engine *e);
+/* The widest kernel path this CPU runs. */
+int colibri_kernels_available(void);
+/* A kernel path's name ("portable", "avx2", "avxvnni", "avx512vnni"); NULL if this build has none
+ * of that number (only "portable" off x86). */
+const char *colibri_kernels_name(int path);
 
 /* ---- sampling and log probabilities (pure functions over one logits row) ---- */
 

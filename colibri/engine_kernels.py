@@ -1,0 +1,36 @@
+"""Which kernel path the engine's matmuls run: the widest this CPU has, or one capped by
+COLIBRI_ISA (issue 52), so that every path can be tested and measured on one machine.
+
+    COLIBRI_ISA=portable|avx2|avxvnni|avx512vnni   (unset or "best": no cap)
+
+A cap wider than the CPU runs gives the CPU's widest (engine.h, colibri_config.kernels); the
+path in use is `Engine.kernels`, and `colibri serve` prints it at start-up.
+"""
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from .engine_errors import EngineArgumentError
+
+ISA_ENV = "COLIBRI_ISA"
+
+
+def kernel_cap(engine_module: ModuleType) -> int:
+    """The COLIBRI_KERNELS_* number COLIBRI_ISA names (0 when unset)."""
+    name = os.environ.get(ISA_ENV, "").strip().lower() or "best"
+    paths = engine_module.KERNEL_PATHS
+    if name not in paths:
+        raise EngineArgumentError(f"{ISA_ENV}={name!r} names no kernel path; choose from {', '.join(paths)}")
+    return int(paths[name])
+
+
+def kernels_note(engine: object) -> str:
+    """The start-up line's words on the kernel path: which, and whether it was capped."""
+    from .engine_threads import load_engine_module
+
+    best = load_engine_module().kernels_available()
+    used = getattr(engine, "kernels", best)
+    if used == best:
+        return f"kernels {used} (the widest this CPU runs; {ISA_ENV} caps it)"
+    return f"kernels {used} ({ISA_ENV}={os.environ.get(ISA_ENV)}; this CPU runs up to {best})"

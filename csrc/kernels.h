@@ -1,0 +1,85 @@
+/*
+ * Matmul kernels, compiled once per kernel path (kernels_<path>.c: the same code under another
+ * instruction-set target), and the weight layout they read. Private to the engine: engine.c picks
+ * a path at load (colibri_config.kernels, engine.h) and calls it through a kernel_set.
+ */
+#ifndef COLIBRI_KERNELS_H
+#define COLIBRI_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Below this many multiply-adds a parallel region costs more than it saves (and, on a busy
+ * machine, a barrier waiting for a descheduled thread costs far more). */
+#define PARALLEL_MIN_WORK (1L << 14)
+
+#define PANEL 16  /* output columns per panel: one 512-bit vector of floats */
+typedef float vec16 __attribute__((vector_size(PANEL * sizeof(float))));
+
+static inline vec16 load16(const float *p) { vec16 v; memcpy(&v, p, sizeof v); return v; }
+
+/* How a matmul weight W (d, n) is kept in memory.
+ *
+ * W_F32 and W_BF16 are panels: ceil(d/16) panels, panel q holding output columns 16q..16q+15
+ * as n rows of 16 elements, zero-padded past d. The kernel then reads each weight once per
+ * step as whole contiguous vectors, with no horizontal sums. BF16 panels hold the file's
+ * bfloat16 bits and widen them on load into the same float arithmetic: half the bytes, and
+ * results identical to F32 panels of the same values.
+ *
+ * W_Q32 keeps a GGUF block type quantized: row o of W is n/32 blocks of 32 values,
+ * value = scale * q + min with q unsigned and scale, min floats per block (unpack_block: the
+ * file's own values, exactly). One form for every block type means one kernel (qtile).
+ *
+ * W_Q16 is W_Q32 with a scale and min per 16 values (two per block), for Q6_K, Q3_K and Q2_K,
+ * whose scales change every 16 values (unpack_halves), alone or fused with other block types
+ * (a Q4_K_M file's q, k in Q4_K beside v in Q6_K); its kernel is qtile16.
+ *
+ * Either keeps its quants as nibbles when every part fits in 4 bits (Q4_0, Q4_1, Q4_K, Q3_K,
+ * Q2_K), 16 bytes a block, byte j holding value j low and value j + 16 high; else a byte per
+ * value (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K, or a fused projection mixing those with 4-bit types). */
+typedef enum { W_F32, W_BF16, W_Q32, W_Q16 } wkind;
+
+typedef struct {
+    wkind kind;
+    int n, d;        /* input and output width of W (d, n) */
+    void *p;         /* panels: (n_panels, n, 16) floats or bf16, 64-byte aligned; blocks: (d, n/32) quants */
+    float *scale;    /* blocks only: (d, n/32); W_Q16: (d, n/16) */
+    float *min;      /* blocks only: (d, n/32); W_Q16: (d, n/16) */
+    int narrow;      /* blocks: every quant is below 64 (no Q8_0 part), so one 16-bit product pass is exact */
+    int nibbles;     /* blocks: quants two to a byte, 16 bytes a block (every part 4-bit or less) */
+} matrix;
+
+/* A block kernel's inputs quantized per 32-value block (see quantize_rows in kernels.c), in the
+ * engine's scratch, sized for `rows` rows of the widest input. */
+typedef struct {
+    int8_t *aq;      /* (rows, n): the quants */
+    float *ad;       /* (rows rounded up to 4, n/32): each block's scale, rows in fours: (r/4, block, r%4) */
+    float *as;       /* (rows, n/32): each block's scale * the sum of its quants */
+    float *ah;       /* (rows, n/16): each half block's scale * the sum of its quants (W_Q16) */
+} qinput;
+
+/* out (rows, d) = x (rows, n) @ W^T, W in panels (W_F32, W_BF16) or blocks (W_Q32, W_Q16), on up
+ * to `threads` OpenMP threads. */
+typedef void (*panel_fn)(float *out, const float *x, const matrix *w, int rows, int threads);
+typedef void (*block_fn)(float *out, const float *x, const matrix *w, int rows, int threads, const qinput *q);
+
+/* One kernel path: every path computes the same sums, up to float rounding order and FMA. */
+typedef struct {
+    const char *name;
+    panel_fn panel_matmul;
+    block_fn block_matmul;
+} kernel_set;
+
+#define KERNEL_SET_DECL(path) \
+    void panel_matmul_##path(float *, const float *, const matrix *, int, int); \
+    void block_matmul_##path(float *, const float *, const matrix *, int, int, const qinput *);
+KERNEL_SET_DECL(portable)
+#if defined(__x86_64__) || defined(__i386__)
+KERNEL_SET_DECL(avx2)
+KERNEL_SET_DECL(avxvnni)
+KERNEL_SET_DECL(avx512vnni)
+#endif
+#undef KERNEL_SET_DECL
+
+#endif

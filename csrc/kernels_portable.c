@@ -1,0 +1,6 @@
+/* Kernel path "portable": plain C loops (the compiler may still vectorise them for SSE): the path of a CPU none of the others fit, and the code ARM runs (its NEON/dotprod kernels are not written). */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC target("no-avx")
+#endif
+#define KERNEL_PATH portable
+#include "kernels.c"

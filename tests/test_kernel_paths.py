@@ -1,0 +1,109 @@
+"""Every kernel path computes what the reference computes, within its format's stated error
+(issue 52): the matmul kernels are compiled once per instruction set (csrc/kernels_<path>.c) and
+COLIBRI_ISA caps the one the engine runs, so each path this CPU can run is tested here, whatever
+the widest one is. A path the CPU lacks is skipped by name (ARM runs only `portable`; its NEON
+kernels are not written, and no ARM machine has run these tests).
+
+The formats cover each kernel form: F32 and BF16 panels; W_Q32 blocks as bytes with a Q8_0 part
+(Q8_0), as bytes below 64 (Q5_0) and as nibbles (Q4_1); W_Q16 (scale per 16 values) as nibbles
+(Q3_K), as bytes (Q6_K) and holding a Q8_0 part (Q8_0 fused with Q6_K)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from llama_reference import ReferenceLlama
+
+from colibri import _engine
+from colibri.engine_errors import EngineArgumentError
+from colibri.model import Model
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+from test_gguf import (  # noqa: E402
+    BLOCK_ERROR_BOUND,
+    K_BLOCK_ERROR_BOUND,
+    _tokens,
+    assert_block_rounded,
+    write_gguf,
+    write_k_gguf,
+)
+
+PATHS = [p for p in _engine.KERNEL_PATHS if p != "best"]  # narrowest first
+WIDEST = _engine.kernels_available()
+
+
+def runnable(path: str) -> bool:
+    return PATHS.index(path) <= PATHS.index(WIDEST)
+
+
+@pytest.fixture(params=PATHS)
+def kernel_path(request, monkeypatch) -> str:
+    if not runnable(request.param):
+        pytest.skip(f"this CPU runs kernel paths up to {WIDEST}, not {request.param}")
+    monkeypatch.setenv("COLIBRI_ISA", request.param)
+    return request.param
+
+
+def engine(path, kernel_path: str, **kw):
+    eng = Model(path).engine(1, 2, **kw)
+    assert eng.kernels == kernel_path  # the forced path is the one that runs
+    return eng
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, Q.BF16])
+def test_panels_equal_the_reference_on_every_path(tmp_path, kernel_path, qtype):
+    path, ref_dir = write_gguf(tmp_path, qtype)
+    eng = engine(path, kernel_path)
+    toks = _tokens(5)
+    _, logits = eng.prefill(0, toks, all_logits=True)
+    assert float(np.max(np.abs(logits - ReferenceLlama(ref_dir).logits(toks)))) < 1e-4
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q5_0, Q.Q4_1])
+def test_blocks_equal_the_block_rounded_reference_on_every_path(tmp_path, kernel_path, qtype):
+    path, ref_dir = write_gguf(tmp_path, qtype)
+    eng = engine(path, kernel_path)
+    ref = ReferenceLlama(ref_dir)
+    assert_block_rounded(eng, ref, seeds=range(1, 7))
+    toks = _tokens(5)
+    _, logits = eng.prefill(0, toks, reuse=False, all_logits=True)
+    want = ref.logits(toks)
+    assert 0 < float(np.linalg.norm(logits - want) / np.linalg.norm(want)) < BLOCK_ERROR_BOUND
+
+
+HALF_BLOCKS = {"Q3_K": (Q.Q3_K, None), "Q6_K": (Q.Q6_K, None), "Q8_0+Q6_K": (Q.Q8_0, {"v_proj.weight": Q.Q6_K})}
+
+
+@pytest.mark.parametrize("name", sorted(HALF_BLOCKS))
+def test_half_blocks_equal_the_block_rounded_reference_on_every_path(tmp_path, kernel_path, name):
+    qtype, mix = HALF_BLOCKS[name]
+    path, ref_dir = write_k_gguf(tmp_path, qtype, mix=mix)
+    eng = engine(path, kernel_path)
+    ref = ReferenceLlama(ref_dir)
+    assert_block_rounded(eng, ref, seeds=range(1, 5))
+    toks = _tokens(6)
+    _, logits = eng.prefill(0, toks, reuse=False, all_logits=True)
+    want = ref.logits(toks)
+    assert 0 < float(np.linalg.norm(logits - want) / np.linalg.norm(want)) < K_BLOCK_ERROR_BOUND
+
+
+def test_batched_decode_is_bit_identical_on_every_path(tmp_path, kernel_path):
+    path, _ = write_gguf(tmp_path, Q.Q4_1)
+    batch, single = Model(path).engine(2, 2), engine(path, kernel_path)
+    assert batch.kernels == kernel_path
+    prompts = [_tokens(s, 7 + s) for s in range(2)]
+    for slot, p in enumerate(prompts):
+        batch.prefill(slot, p)
+    together = batch.decode([0, 1], [1, 2])
+    for slot, p in enumerate(prompts):
+        single.prefill(0, p)
+        assert np.array_equal(together[slot], single.decode([0], [slot + 1])[0])
+
+
+def test_a_cap_wider_than_the_cpu_gives_its_widest_and_an_unknown_name_is_refused(tmp_path, monkeypatch):
+    path, _ = write_gguf(tmp_path, Q.Q8_0)
+    monkeypatch.setenv("COLIBRI_ISA", "avx512vnni")
+    assert Model(path).engine(1, 1).kernels == WIDEST
+    monkeypatch.setenv("COLIBRI_ISA", "neon")
+    with pytest.raises(EngineArgumentError, match="COLIBRI_ISA='neon' names no kernel path"):
+        Model(path).engine(1, 1)
