@@ -38,6 +38,7 @@ def extensions() -> list:
         "colibri._engine",
         # the matmul kernels once per instruction set (csrc/kernels.h), picked at load
         sources=["pyx/engine.pyx", "csrc/engine.c", *(f"csrc/kernels_{p}.c" for p in KERNEL_PATHS)],
+        depends=["csrc/engine.h", "csrc/kernels.h", "csrc/kernels.c", "pyx/cengine.pxd"],  # shipped in the sdist too
         include_dirs=["csrc", "pyx", numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=c11", "-ffp-contract=fast"],
