@@ -52,7 +52,7 @@ def server_page(doc: dict[str, Any], faults: dict[str, Any]) -> str:
     lines = [f"# Clients against {doc['server']} (model `{doc['model']}`)", "",
              f"Run {doc['date']}, {doc['wall_seconds']} s. Settings derived by colibri-conform's discovery "
              "(each client was configured from these and nothing else):", "", "```json",
-             json.dumps({k: s[k] for k in ("pi_compat", "openai_sdk", "served")}, indent=1), "```", ""]
+             json.dumps({k: s[k] for k in ("pi_compat", "openai_sdk", "pi_responses", "served") if k in s}, indent=1), "```", ""]
     for client, run in doc["clients"].items():
         for scenario, r in run["scenarios"].items():
             if r["outcome"] != "FAIL":

@@ -70,7 +70,8 @@ def run_client(client: str, url: str, model: str, settings: Path, rec: Any) -> d
     return {"seconds": round(time.monotonic() - t0, 1), "scenarios": rows}
 
 
-def run_server(name: str, base: str, model: str | None, clients: list[str], out: Path) -> dict[str, Any]:
+def run_server(name: str, base: str, model: str | None, clients: list[str], out: Path,
+               partial: bool = False) -> dict[str, Any]:
     t0 = time.monotonic()
     model, settings = derive(base, model)
     doc: dict[str, Any] = {"server": name, "model": model, "settings": settings, "clients": {},
@@ -83,11 +84,16 @@ def run_server(name: str, base: str, model: str | None, clients: list[str], out:
     Path(f.name).unlink()
     doc["wall_seconds"] = round(time.monotonic() - t0, 1)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    path = out / f"{name}.json"
+    if partial and path.exists():  # a re-run of some clients keeps the others' results
+        old = json.loads(path.read_text())
+        doc["clients"] = {**old["clients"], **doc["clients"]}
+        doc["wall_seconds"] = old["wall_seconds"]
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     return doc
 
 
-def with_peer(name: str, clients: list[str], out: Path) -> dict[str, Any]:
+def with_peer(name: str, clients: list[str], out: Path, partial: bool = False) -> dict[str, Any]:
     from run import ALL, ensure_installed, serving  # bench/peers/run.py
     from server_process import stop
 
@@ -96,7 +102,7 @@ def with_peer(name: str, clients: list[str], out: Path) -> dict[str, Any]:
     upstream = serving(ALL[peer.upstream]) if peer.upstream else None
     proc, base, _ = serving(peer, upstream[1] if upstream else "")
     try:
-        return run_server(name, base, peer.model, clients, out)
+        return run_server(name, base, peer.model, clients, out, partial)
     finally:
         stop(proc)
         if upstream:
@@ -117,12 +123,12 @@ def main(argv: list[str]) -> int:
         install.ensure()
     for name in a.server:
         try:
-            with_peer(name, clients, a.out)
+            with_peer(name, clients, a.out, bool(a.only))
         except (RuntimeError, OSError, SystemExit) as e:
             print(f"[clients] {name}: could not run: {e}", file=sys.stderr)
             failed += 1
     if a.base_url:
-        run_server(a.name, a.base_url.rstrip("/").removesuffix("/v1"), a.model, clients, a.out)
+        run_server(a.name, a.base_url.rstrip("/").removesuffix("/v1"), a.model, clients, a.out, bool(a.only))
     if a.matrix:
         from matrix import write
         write(a.out, a.matrix)

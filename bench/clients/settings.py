@@ -12,7 +12,7 @@ from conformance.cli import remote_target
 from conformance.discovery import Capabilities
 from conformance.report import compat_profile, probed
 
-SERVED = ("streaming", "tools", "messages", "responses", "responses_chaining", "stream_usage")
+SERVED = ("chat", "streaming", "tools", "messages", "responses", "responses_chaining", "stream_usage")
 
 
 def derive(base: str, model: str | None) -> tuple[str, dict[str, Any]]:
@@ -23,5 +23,8 @@ def derive(base: str, model: str | None) -> tuple[str, dict[str, Any]]:
     served: dict[str, Any] = {name: probed(found, name) for name in SERVED}
     # Reasoning is offered when the settings carry a switch a client can pull.
     served["reasoning"] = bool(profile["pi_compat"]["thinkingFormat"]) and profile["reasoning_field"] is not None
+    # pi's Responses surface parks turns (store + previous_response_id, the second seed) only
+    # where the server chains: llama-server refuses previous_response_id outright.
     return target.model, {"pi_compat": profile["pi_compat"], "openai_sdk": profile["openai_sdk"],
+                          "pi_responses": {"parking": served["responses"] is True and served["responses_chaining"] is True},
                           "reasoning_field": profile["reasoning_field"], "served": served}

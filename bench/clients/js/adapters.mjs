@@ -26,7 +26,11 @@ function piAdapter(api) {
     const t = env.S.tool;
     const tools = [{ name: t.name, description: t.description, parameters: Type.Unsafe(t.parameters) }];
     const parking = { parked: null, chained: 0, resent: 0, off: false };
-    const onPayload = api === "openai-responses" ? (params) => park(parking, params) : undefined;
+    // Parking needs a server that chains (settings.pi_responses.parking, from the chaining probe):
+    // one that refuses previous_response_id (llama-server) is sent full transcripts.
+    const parks = api === "openai-responses"
+      && (env.settings.pi_responses?.parking ?? env.settings.served.responses_chaining === true);
+    const onPayload = parks ? (params) => park(parking, params) : undefined;
     async function once(h, o) {
       const opts = { apiKey: KEY, temperature: 0, maxTokens: o.maxTokens, onPayload,
                      ...(o.reasoning ? { reasoningEffort: "high" } : {}) };
@@ -69,7 +73,8 @@ function piAdapter(api) {
       cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 } }, stopReason: "stop", timestamp: Date.now() });
     const toolResult = (c, text) => ({ role: "toolResult", toolCallId: c.id, toolName: c.name,
       content: [{ type: "text", text }], isError: false, timestamp: Date.now() });
-    const a = { can: { stop: false, reasoning: true }, user, assistant, toolResult, turn };
+    const a = { can: { stop: false, reasoning: true }, user, assistant, toolResult, turn, alwaysStreams: true,
+      surface: api === "openai-responses" ? "responses" : "chat" };
     if (api === "openai-responses") a.chain = () => piChain(a, parking, env.S.chain);
     return a;
   };
@@ -146,7 +151,7 @@ function openaiJs({ base, model, settings, S }) {
     return { text, reasoning, calls: calls.filter(Boolean), usage,
       history: [{ role: "assistant", content: text, ...(calls.length ? { tool_calls } : {}) }] };
   }
-  return { can: { stop: true, reasoning: settings.pi_compat.supportsReasoningEffort }, turn,
+  return { can: { stop: true, reasoning: settings.pi_compat.supportsReasoningEffort }, turn, surface: "chat",
     user: (text) => ({ role: "user", content: text }), assistant: (text) => ({ role: "assistant", content: text }),
     toolResult: (c, text) => ({ role: "tool", tool_call_id: c.id, content: text }) };
 }
@@ -173,7 +178,7 @@ function vercelAi({ base, model, settings, S }) {
       usage: r.usage && r.usage.inputTokens !== undefined ? { input: r.usage.inputTokens, output: r.usage.outputTokens } : null,
       history: r.response.messages };
   }
-  return { can: { stop: true, reasoning: settings.pi_compat.supportsReasoningEffort }, turn,
+  return { can: { stop: true, reasoning: settings.pi_compat.supportsReasoningEffort }, turn, surface: "chat",
     user: (text) => ({ role: "user", content: text }), assistant: (text) => ({ role: "assistant", content: text }),
     toolResult: (c, text) => ({ role: "tool", content: [{ type: "tool-result", toolCallId: c.id, toolName: c.name,
       output: { type: "text", value: text } }] }) };

@@ -100,6 +100,10 @@ for (const name of S.order) {
   let row;
   try {
     await fetch(`${base}/__scenario`, { method: "POST", body: JSON.stringify({ client, scenario: name }) });
+    need(served(a.surface), `the server has no ${a.surface} endpoint`);
+    // A client that always streams (pi) reads usage only from a stream's usage chunk.
+    need(!["usage", "cap"].includes(name) || !a.alwaysStreams || served("stream_usage"),
+      "the client always streams and the server sends no usage in streams");
     row = { outcome: "PASS", detail: await SCENARIOS[name]() };
   } catch (e) {
     row = e instanceof Unsupported ? { outcome: "UNSUPPORTED", detail: e.message }

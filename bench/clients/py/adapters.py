@@ -84,6 +84,8 @@ class OpenAIChat:
 class OpenAIResponses:
     """The official SDK's Responses client; chain() is the store/previous_response_id turn."""
 
+    surface = "responses"
+
     def __init__(self, base: str, model: str, settings: dict[str, Any], S: dict[str, Any]):
         import openai
 
@@ -143,12 +145,12 @@ class OpenAIResponses:
 
 
 class Anthropic:
+    surface = "messages"
     def __init__(self, base: str, model: str, settings: dict[str, Any], S: dict[str, Any]):
         import anthropic
 
         self.client = anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0)
         self.model, t = model, S["tool"]
-        self.served = settings.get("served", {}).get("messages") is not False
         self.tools = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}]
         self.can = {"stop": True, "reasoning": True}
 
@@ -163,9 +165,6 @@ class Anthropic:
 
     def turn(self, h: list[Any], max_tokens: int, tools: bool = False, stream: bool = False,
              stop: list[str] | None = None, reasoning: bool | None = None) -> dict[str, Any]:
-        if not self.served:
-            from scenarios import Unsupported
-            raise Unsupported("the server has no /v1/messages")
         # The current SDK has no temperature argument (the newest models take none): sent as a body field.
         kw: dict[str, Any] = {"model": self.model, "messages": h, "max_tokens": max_tokens,
                               "extra_body": {"temperature": 0}}

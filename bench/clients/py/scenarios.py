@@ -135,6 +135,8 @@ def main(argv: list[str]) -> int:
         urllib.request.urlopen(urllib.request.Request(
             f"{base}/__scenario", data=json.dumps({"client": client, "scenario": name}).encode(), method="POST"))
         try:
+            surface = getattr(runner.a, "surface", "chat")
+            need(runner.served(surface), f"the server has no {surface} endpoint")
             row = {"outcome": "PASS", "detail": getattr(runner, name)()}
         except Unsupported as e:
             row = {"outcome": "UNSUPPORTED", "detail": str(e)}
