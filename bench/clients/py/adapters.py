@@ -194,6 +194,9 @@ class LangChain:
         self.make = lambda **kw: ChatOpenAI(base_url=base + "/v1", api_key=KEY, model=model, temperature=0,
                                             max_retries=0, stream_usage=bool(settings["openai_sdk"]["stream_options"]),
                                             **kw)
+        # ChatOpenAI's max_tokens goes out as max_completion_tokens; where the settings say the
+        # server honours only max_tokens (llama-cpp-python), it is sent as a body field instead.
+        self.field = settings["openai_sdk"]["max_tokens_parameter"]
         t = S["tool"]
         self.tools = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
                                                          "parameters": t["parameters"]}}]
@@ -214,7 +217,8 @@ class LangChain:
 
     def turn(self, h: list[Any], max_tokens: int, tools: bool = False, stream: bool = False,
              stop: list[str] | None = None, reasoning: bool | None = None) -> dict[str, Any]:
-        llm: Any = self.make(max_tokens=max_tokens)
+        llm: Any = self.make(max_tokens=max_tokens) if self.field == "max_completion_tokens" else self.make(
+            extra_body={"max_tokens": max_tokens})
         if tools:
             llm = llm.bind_tools(self.tools)
         if stream:
@@ -240,6 +244,7 @@ class PydanticAI:
 
         self.model = OpenAIChatModel(model, provider=OpenAIProvider(base_url=base + "/v1", api_key=KEY))
         self.S = S
+        self.field = settings["openai_sdk"]["max_tokens_parameter"]  # see LangChain's
         self.can = {"stop": True, "reasoning": False}
 
     def user(self, text: str) -> Any:
@@ -252,7 +257,11 @@ class PydanticAI:
 
     def _agent(self, max_tokens: int, stop: list[str] | None = None) -> Any:
         from pydantic_ai import Agent
-        settings: dict[str, Any] = {"temperature": 0, "max_tokens": max_tokens}
+        settings: dict[str, Any] = {"temperature": 0}
+        if self.field == "max_completion_tokens":
+            settings["max_tokens"] = max_tokens  # sent as max_completion_tokens
+        else:
+            settings["extra_body"] = {"max_tokens": max_tokens}
         if stop:
             settings["stop_sequences"] = stop
         return Agent(self.model, model_settings=settings)
