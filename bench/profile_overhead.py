@@ -27,7 +27,8 @@ import time
 import numpy as np
 
 from colibri.model import Model
-from colibri.server.scheduler import Scheduler, Task
+from colibri.server.scheduler import Scheduler
+from colibri.server.task import Done, Failed, Task
 
 PROMPT = list(range(40, 104))  # 64 prompt tokens
 
@@ -88,7 +89,7 @@ def run(s: Scheduler, batch: int, tokens: int) -> float:
     for t in tasks:
         s.admit(t)
     for t in tasks:
-        while t.events.get(timeout=60)[0] not in ("done", "error"):
+        while not isinstance(t.events.get(timeout=60), Done | Failed):
             pass
     return time.perf_counter() - t0
 

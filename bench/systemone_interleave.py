@@ -44,7 +44,8 @@ def main() -> int:
     args = ap.parse_args()
     target, svc = model_target(HF_DIR, model_id="smollm2", kv_slots=2, n_threads=args.threads)
     sched = svc.scheduler
-    default_cap = sched.SCORE_PASS_TOKENS
+    scorer = sched.scorer
+    default_cap = scorer.SCORE_PASS_TOKENS
     n = 0
 
     def score() -> float:
@@ -62,10 +63,10 @@ def main() -> int:
         assert ex.status == 200, ex.body[:300]
         return time.perf_counter() - t
 
-    passes = sched._score_passes
+    passes = scorer.passes
 
     def whole() -> None:  # as before issue 49: every scoring task to its end, nothing between
-        while sched.scoring:
+        while scorer.running:
             passes()
 
     score()  # warm-up
@@ -73,8 +74,8 @@ def main() -> int:
     for _ in range(args.rounds):
         for name, cap, run in ((f"cap {default_cap}", default_cap, passes), ("no cap", 10**9, passes),
                                ("whole request", 10**9, whole)):
-            sched.SCORE_PASS_TOKENS = cap
-            sched._score_passes = run  # type: ignore[method-assign]
+            scorer.SCORE_PASS_TOKENS = cap
+            scorer.passes = run  # type: ignore[method-assign]
             row = rows.setdefault(name, {"alone": [], "chat alone": [], "scoring beside a chat": [],
                                          "chat beside scoring": []})
             row["alone"].append(score())

@@ -92,7 +92,7 @@ class ServerPool:
 def _kill_engine_thread(svc: Service) -> None:
     """Break the engine thread's own loop (not one task's work) the way a bug would, and wait
     until its supervisor has failed the work it held (rule ops.engine.supervised)."""
-    from colibri.server.scheduler import Task
+    from colibri.server.task import Task
 
     def boom() -> None:
         raise RuntimeError("injected engine-loop fault")

@@ -242,7 +242,7 @@ def _pin_hash_slot(path: str, body: Body) -> Body:
     messages = body.get("messages") if isinstance(body, dict) else None
     if path in ("/v1/chat/completions", "/v1/messages") and "cache_slot" not in body and isinstance(messages, list) \
             and all(isinstance(m, dict) for m in messages):  # malformed messages are the validator's to refuse
-        from colibri.server.scheduler import conversation_slot
+        from colibri.server.slots import conversation_slot
 
         body = dict(body, cache_slot=conversation_slot(messages, 2))
     return body

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 
 from colibri.model import Model
-from colibri.server.scheduler import Scheduler, Task
+from colibri.server.scheduler import Scheduler
+from colibri.server.task import Accepted, Done, Failed, Task, TokenRecord
 
 PROMPT = list(range(30, 50))
 
@@ -15,11 +16,13 @@ PROMPT = list(range(30, 50))
 def collect(task: Task) -> tuple[list[int], str]:
     tokens = []
     while True:
-        kind, payload = task.events.get(timeout=30)
-        if kind == "token":
-            tokens.append(payload.token)
-        elif kind in ("done", "error"):
-            return tokens, kind if kind == "error" else payload
+        event = task.events.get(timeout=30)
+        if isinstance(event, TokenRecord):
+            tokens.append(event.token)
+        elif isinstance(event, Failed):
+            return tokens, "error"
+        elif isinstance(event, Done):
+            return tokens, event.reason
 
 
 def test_a_task_the_sampler_refuses_fails_alone_and_its_batch_mate_is_unchanged(caplog):
@@ -57,10 +60,10 @@ def test_a_broken_engine_loop_fails_pending_work_with_engine_failed_and_refuses_
     try:
         t = Task(prompt=PROMPT, max_new=4, end_tokens=frozenset(), temperature=0.0)
         s.admit(t)
-        kind, payload = t.events.get(timeout=10)
-        while kind == "accepted":
-            kind, payload = t.events.get(timeout=10)
-        assert kind == "error" and payload.code == "engine_failed"
+        event = t.events.get(timeout=10)
+        while isinstance(event, Accepted):
+            event = t.events.get(timeout=10)
+        assert isinstance(event, Failed) and getattr(event.error, "code", None) == "engine_failed"
         s.thread.join(timeout=10)
         assert not s.thread.is_alive() and s.failed == "RuntimeError: loop bug"
         try:
@@ -80,7 +83,7 @@ def test_ops_health_accounting_a_client_gone_while_queued_is_abandoned_not_cance
     soak with bench/attack.py's abandoned scoring requests found it counted cancelled)."""
     import pytest
 
-    from colibri.server.scheduler import ClientGone
+    from colibri.server.task import ClientGone
 
     s = Scheduler(Model().engine(n_slots=1), n_slots=1, step_delay=0.01)
     try:

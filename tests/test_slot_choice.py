@@ -3,13 +3,14 @@ holds the longest prefix of its prompt, whatever slot its conversation hashes to
 from __future__ import annotations
 
 from colibri.model import Model
-from colibri.server.scheduler import Scheduler, Task
+from colibri.server.scheduler import Scheduler
+from colibri.server.task import Done, Failed, Task
 
 
 def run(s: Scheduler, prompt: list[int], *, slot: int | None = None, prefer: int | None = None) -> Task:
     task = Task(prompt=prompt, max_new=3, end_tokens=frozenset(), temperature=0.0, slot=slot, prefer=prefer)
     s.admit(task)
-    while task.events.get()[0] not in ("done", "error"):
+    while not isinstance(task.events.get(), Done | Failed):
         pass
     return task
 
@@ -19,7 +20,7 @@ def test_ops_slot_choice_longest_cached_prefix_beats_the_hash_slot():
     try:
         first = list(range(20, 60))
         run(s, first, slot=2)  # an earlier turn ran on slot 2 (say its hash slot was busy)
-        held = list(s.history[2])
+        held = list(s.slots.history[2])
         assert held[: len(first)] == first and len(held) > len(first)  # prompt and answer
         follow_up = held + [70, 71]
         task = run(s, follow_up, prefer=0)

@@ -138,7 +138,7 @@ def test_s1_prefix_reused_for_what_questions_of_one_type_share(client):
     same type and options come before their own instructions: the scheduler computes that
     block once, as it does the state, and each answer stays what the question gets alone."""
     from colibri.server.prompt import ChatInput
-    from colibri.server.scheduler import common_head
+    from colibri.server.scoring import common_head
     from colibri.server.systemone import parse_questions, prompt_text
 
     svc, c = client
@@ -284,7 +284,7 @@ def test_s1_scoring_interleaved_cancellable_a_chat_is_answered_while_questions_a
     svc = Service(Settings(kv_slots=2, n_threads=1))  # one thread: quick on a busy machine too
     rec = _Recording(svc.scheduler.engine, pass_delay=0.08)
     svc.scheduler.engine = rec
-    svc.scheduler.SCORE_PASS_TOKENS = 64  # many short passes: about one per question
+    svc.scheduler.scorer.SCORE_PASS_TOKENS = 64  # many short passes: about one per question
     c = testing.TestClient(create_app(svc))
     done: dict[str, float] = {}
 
@@ -322,13 +322,13 @@ def test_s1_scoring_interleaved_cancellable_a_chat_is_answered_while_questions_a
 
 
 def test_s1_scoring_interleaved_cancellable_a_cancelled_request_stops_between_passes():
-    from colibri.server.scheduler import Task
     from colibri.server.systemone import parse_questions, scoring_prompts
+    from colibri.server.task import Task
 
     svc = Service(Settings(kv_slots=1, n_threads=1))
     rec = _Recording(svc.scheduler.engine, pass_delay=0.02)
     svc.scheduler.engine = rec
-    svc.scheduler.SCORE_PASS_TOKENS = 64
+    svc.scheduler.scorer.SCORE_PASS_TOKENS = 64
     try:
         body = _many_questions()
         task = Task(prompt=[1], max_new=0, end_tokens=frozenset(),

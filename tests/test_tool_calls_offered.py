@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from colibri.server.generation import Generation, Spec
-from colibri.server.scheduler import Task, TokenRecord
+from colibri.server.task import Accepted, Done, Task, TokenRecord
 
 CONVERT = [{"type": "function", "function": {"name": "convert_units", "parameters": {"type": "object", "properties": {
     "value": {"type": "number"}, "from": {"type": "string"}, "to": {"type": "string"}}, "required": ["value"]}}}]
@@ -31,10 +31,10 @@ def outcome(text: str, tools=CONVERT, strict: bool = False):
     task = Task(prompt=[1], max_new=1000, end_tokens=frozenset())
     gen = Generation(NoScheduler(), task, pieces, Spec(stops=[], ignore_leading=False, thinking=False, tools=tools,
                                                        tool_format="glm-xml", strict_tools=strict))
-    gen.accepted = type("A", (), {"prompt_tokens": 1, "queue_wait": 0.0, "cached_tokens": 0, "echo": []})()
+    gen.accepted = Accepted(prompt_tokens=1, reused=0, queue_wait=0.0, echo=[])
     for i in range(len(pieces)):
-        task.events.put(("token", TokenRecord(i)))
-    task.events.put(("done", "stop"))
+        task.events.put(TokenRecord(i))
+    task.events.put(Done("stop"))
     return gen.run()
 
 

@@ -11,8 +11,9 @@ import pytest
 
 from colibri.chat_template import render
 from colibri.model import Model
-from colibri.server.scheduler import Scheduler, Task
+from colibri.server.scheduler import Scheduler
 from colibri.server.service import Service, Settings
+from colibri.server.task import Done, Failed, Task, TokenRecord
 from colibri.spec import load_spec
 from colibri.tool_decoding import TokenIndex, ToolDecoder
 from conformance.exchange import InProcessTarget
@@ -144,10 +145,10 @@ def model() -> Model:
 def collect(task: Task) -> list:
     out = []
     while True:
-        kind, payload = task.events.get(timeout=60)
-        if kind == "token":
-            out.append(payload)
-        elif kind in ("done", "error"):
+        event = task.events.get(timeout=60)
+        if isinstance(event, TokenRecord):
+            out.append(event)
+        elif isinstance(event, Done | Failed):
             return out
 
 
@@ -236,13 +237,12 @@ def test_tools_decode_offered_names_a_failing_decoder_fails_its_request_alone(mo
         bad = Task(prompt=prompt, max_new=16, end_tokens=frozenset(), temperature=0.0, decoder=Broken(where))
         s.admit(good)
         s.admit(bad)
-        kinds = []
+        events = []
         while True:
-            kind, _ = bad.events.get(timeout=60)
-            kinds.append(kind)
-            if kind in ("done", "error"):
+            events.append(bad.events.get(timeout=60))
+            if isinstance(events[-1], Done | Failed):
                 break
-        assert kinds[-1] == "error"
+        assert isinstance(events[-1], Failed)
         assert [r.token for r in collect(good)] == want
         assert s.thread.is_alive() and s.snapshot()["failed"] == 1
     finally:

@@ -13,7 +13,7 @@ from .disconnect import detector
 from .generation import Generation, Outcome
 from .openai_api import _Endpoint, dumps
 from .prompt import ChatInput
-from .scheduler import conversation_digest, conversation_slot
+from .slots import conversation_digest, conversation_slot
 
 SIGNATURE = "colibri-local"
 

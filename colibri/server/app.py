@@ -20,9 +20,9 @@ from .errors import ApiError, error
 from .openai_api import ChatResource, CompletionsResource, RenderResource, dumps
 from .profile import arrived
 from .responses_api import ResponseResource, ResponsesResource
-from .scheduler import ClientGone
 from .service import Service, Settings
 from .systemone import SystemOneResource
+from .task import ClientGone
 
 log = logging.getLogger("colibri.server")
 LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}

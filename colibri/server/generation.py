@@ -16,16 +16,9 @@ from typing import Any
 from ..tool_parsers import declared, validate_call
 from ..tool_parsers import parse as parse_tools
 from .errors import ApiError, error
-from .scheduler import ClientGone, Scheduler, Task, TokenRecord
+from .scheduler import Scheduler
+from .task import Accepted, ClientGone, Done, Event, Failed, Scored, Task, TokenRecord
 from .text_stream import ContentShaper, Piece, ReasoningSplitter, StopFilter, Utf8Assembler
-
-
-@dataclass
-class Accepted:
-    prompt_tokens: int
-    queue_wait: float
-    echo: list[TokenRecord]
-    cached_tokens: int = 0  # prompt tokens the slot's KV cache already held
 
 
 @dataclass
@@ -98,16 +91,12 @@ class Generation:
         self.task.client_gone = self.client_gone
         self.scheduler.admit(self.task)
         while self.accepted is None:
-            kind, payload = self._next(None)
-            if kind == "accepted":
-                self.accepted = Accepted(payload["prompt_tokens"], payload["queue_wait"], payload["echo"],
-                                         payload["reused"])
-            elif kind == "error":
-                raise self._as_api_error(payload)
+            event = self.task.events.get()
+            if isinstance(event, Accepted):
+                self.accepted = event
+            elif isinstance(event, Failed):
+                raise self._as_api_error(event.error)
         return self.accepted
-
-    def _next(self, timeout: float | None) -> tuple[str, Any]:
-        return self.task.events.get(timeout=timeout)  # type: ignore[no-any-return]
 
     @staticmethod
     def _as_api_error(exc: BaseException) -> ApiError:
@@ -125,24 +114,30 @@ class Generation:
         assert self.accepted is not None, "start() first"
         while True:
             try:
-                events = [self._next(poll or self.spec.keepalive)]
+                events: list[Event] = [self.task.events.get(timeout=poll or self.spec.keepalive)]
             except queue.Empty:
                 yield None
                 continue
-            while events[-1][0] == "token":
+            while isinstance(events[-1], TokenRecord):
                 try:
                     events.append(self.task.events.get_nowait())
                 except queue.Empty:
                     break
-            if events[0][0] == "token" and not self.task.turn.first_token:  # the profile's TTFT
+            if isinstance(events[0], TokenRecord) and not self.task.turn.first_token:  # the profile's TTFT
                 self.task.turn.first_token = time.perf_counter()
             pending: Delta | None = None
-            for kind, run in groupby(events, key=lambda e: e[0]):  # a run of tokens: one text
-                payloads = [p for _, p in run]
-                if kind == "error":
+            for kind, run in groupby(events, key=type):  # a run of tokens: one text
+                group = list(run)
+                last = group[-1]
+                if isinstance(last, Failed):
                     yield from ([pending] if pending else [])
-                    raise self._as_api_error(payloads[0])
-                produced = self._tokens(payloads) if kind == "token" else self._finish(payloads[0])
+                    raise self._as_api_error(last.error)
+                if isinstance(last, TokenRecord):
+                    produced = self._tokens(group)  # type: ignore[arg-type]
+                elif isinstance(last, Done):
+                    produced = self._finish(last.reason)
+                else:  # nothing else follows Accepted on a generation's queue
+                    continue
                 for d in self._timed(produced):
                     if pending is not None and pending.kind == d.kind:
                         pending = Delta(d.kind, pending.text + d.text)
@@ -150,7 +145,7 @@ class Generation:
                         if pending is not None:
                             yield pending
                         pending = d
-                if kind == "done":
+                if kind is Done:
                     if pending is not None:
                         yield pending
                     return
@@ -273,7 +268,7 @@ class Generation:
             tool_calls=calls, finish_reason=finish, matched_stop=self.stop_filter.matched,
             prompt_tokens=self.accepted.prompt_tokens if self.accepted else 0, completion_tokens=len(self.records),
             queue_wait=self.accepted.queue_wait if self.accepted else 0.0, problems=problems,
-            cached_tokens=self.accepted.cached_tokens if self.accepted else 0)
+            cached_tokens=self.accepted.reused if self.accepted else 0)
 
     def reasoning_tokens(self) -> int:
         """Generated tokens that began inside the reasoning (usage.output_tokens_details)."""
@@ -337,6 +332,28 @@ class Generation:
         if tail and out:
             out[-1].token += tail
         return out
+
+
+def scores(scheduler: Scheduler, task: Task, poll: float) -> Scored | None:
+    """Admit a scoring task (/v1/systemone) and wait for its label logits; None once the client
+    has hung up (looked at every `poll` seconds): the task is then cancelled, and the engine
+    drops it before its next pass (rule s1.scoring.interleaved-cancellable)."""
+    try:
+        scheduler.admit(task)
+    except ClientGone:
+        return None
+    while True:
+        try:
+            event = task.events.get(timeout=poll)
+        except queue.Empty:
+            if task.client_gone is not None and task.client_gone():
+                task.cancel()
+                return None
+            continue
+        if isinstance(event, Scored):
+            return event
+        if isinstance(event, Failed):
+            raise event.error if isinstance(event.error, Exception) else error("engine_failed")
 
 
 def now() -> int:

@@ -16,8 +16,8 @@ from .disconnect import detector
 from .errors import ApiError, error
 from .generation import Generation, LogprobEntry, Outcome, now
 from .prompt import from_openai_chat
-from .scheduler import conversation_digest, conversation_slot
 from .service import Service
+from .slots import conversation_digest, conversation_slot
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 log = logging.getLogger("colibri.server")

@@ -21,8 +21,8 @@ from .generation import Delta, Generation, Outcome, now
 from .openai_api import SSE_HEADERS, _guarded, dumps
 from .prompt import ChatInput, _arguments
 from .reasoning_seal import open_seal, seal
-from .scheduler import conversation_digest, conversation_slot
 from .service import Service
+from .slots import conversation_digest, conversation_slot
 
 log = logging.getLogger("colibri.server")
 TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}

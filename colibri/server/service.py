@@ -15,11 +15,13 @@ from ..tool_decoding import SLOTS, TokenIndex, ToolDecoder
 from .errors import error
 from .generation import Generation
 from .generation import Spec as GenSpec
+from .metrics import Metrics
 from .profile import Turn
 from .prompt import ChatInput, LiteralSpecials, Rendered, render_chat
 from .response_store import ResponseStore
-from .scheduler import Metrics, Scheduler, Task
+from .scheduler import Scheduler
 from .systemone import Labels
+from .task import Task
 
 
 class Service:
@@ -37,7 +39,7 @@ class Service:
         self.template = self.model.template(self.family["template"])
         self.end_tokens = self.model.eos_ids | frozenset(
             i for t in self.family.get("end_tokens", []) if (i := self.model.token_id(t)) is not None)
-        self.metrics = scheduler.metrics if scheduler else Metrics(registry)
+        self.metrics = scheduler.metrics if scheduler else Metrics(registry, self.spec.metrics)
         self.kv_report: dict[int, str] = {}
         self.kv_store: Any = None
         if scheduler is None:

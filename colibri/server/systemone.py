@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import queue
 import string
 import time
 import uuid
@@ -42,8 +41,9 @@ import numpy as np
 from .body import read_body
 from .disconnect import detector
 from .errors import error
+from .generation import scores
 from .prompt import ChatInput
-from .scheduler import ClientGone, Task
+from .task import Task
 
 LETTERS = list(string.ascii_uppercase)
 NOUL_LABELS = [("Yes", "No"), ("yes", "no"), ("Y", "N")]
@@ -220,39 +220,18 @@ class SystemOneResource:
         task = Task(prompt=scoring[0][0], max_new=0, end_tokens=frozenset(), scoring=scoring, reuse_key=state_key,
                     request_id=req.context.request_id, client_gone=detector(req.env), turn=req.context.turn)
         try:
-            self.svc.scheduler.admit(task)
-        except ClientGone:
-            return
-        try:
-            kind, got = self._wait(task)
-            if kind == "gone":
+            got = scores(self.svc.scheduler, task, CLIENT_POLL)
+            if got is None:  # the client left
                 return
-            if kind == "error":
-                raise got if isinstance(got, Exception) else error("engine_failed")
             t0 = time.perf_counter()
-            answers = {q.name: answer(q, softmax(np.asarray(rows))) for q, rows in zip(questions, got["rows"], strict=True)}
+            answers = {q.name: answer(q, softmax(np.asarray(rows))) for q, rows in zip(questions, got.rows, strict=True)}
             doc = {"id": f"s1-{uuid.uuid4().hex}", "object": "systemone", "model": self.svc.settings.model_id,
                    "answers": answers,
-                   "usage": {"input_tokens": got["prompt_tokens"], "output_tokens": 0,
-                             "input_tokens_details": {"cached_tokens": got["reused"]}}}
+                   "usage": {"input_tokens": got.prompt_tokens, "output_tokens": 0,
+                             "input_tokens_details": {"cached_tokens": got.reused}}}
             resp.data = json.dumps(doc).encode()
             task.turn.text += time.perf_counter() - t0  # the answers and their JSON (the profile's text phase)
         finally:
-            self.svc.scheduler.profiles.add(task.turn)
+            if task.assigned >= 0:  # an admitted request's turn goes to the profile ring
+                self.svc.scheduler.profiles.add(task.turn)
         resp.content_type = "application/json"
-
-    @staticmethod
-    def _wait(task: Task) -> tuple[str, Any]:
-        """The task's outcome ("scored" or "error"), or ("gone", None) once the client has hung up:
-        then the task is cancelled, and the engine drops it before its next pass (rule
-        s1.scoring.interleaved-cancellable)."""
-        while True:
-            try:
-                kind, got = task.events.get(timeout=CLIENT_POLL)
-            except queue.Empty:
-                if task.client_gone is not None and task.client_gone():
-                    task.cancel()
-                    return "gone", None
-                continue
-            if kind in ("scored", "error"):
-                return kind, got

@@ -14,10 +14,12 @@ import yaml
 
 from ..paths import data_dir
 from .checks import CompiledCheck, SpecError, compile_check
+from .metrics import FILE as METRICS_FILE
+from .metrics import MetricsTable
 from .model import Endpoint, ErrorCode, Family, Rule, Topic, Vector
 from .yaml_lines import LineMap, load_with_lines
 
-TABLE_FILES = ("errors.yaml", "families.yaml", "endpoints.yaml", "checks.yaml")
+TABLE_FILES = ("errors.yaml", "families.yaml", "endpoints.yaml", "checks.yaml", METRICS_FILE)
 
 
 @dataclass
@@ -47,6 +49,8 @@ class Spec:
     compiled: list[CompiledCheck] = field(default_factory=list)
     #: rules with an `invariant` field, in file order
     invariant_rules: list[Rule] = field(default_factory=list)
+    #: the scheduler's Prometheus series and buckets (spec/metrics.yaml)
+    metrics: MetricsTable | None = None
 
     def invariant_owner(self, check: str, endpoint: str) -> Rule | None:
         """The rule that states named check `check` as an invariant of every exchange on `endpoint`."""
@@ -148,7 +152,9 @@ def build(root: Path, docs: dict[str, tuple[Any, LineMap]], problems: list[Probl
     for name in TABLE_FILES:
         if name not in docs and not any(p.file == name for p in problems):
             problems.append(Problem(name, None, "required table file is missing"))
-    spec = Spec(root, [], errors, families, endpoints, named)
+    metrics_doc = tables[METRICS_FILE]
+    spec = Spec(root, [], errors, families, endpoints, named,
+                metrics=MetricsTable.from_doc(metrics_doc) if "metrics" in metrics_doc else None)
     for rel, (data, lines) in docs.items():
         if "rules" not in data:
             continue
