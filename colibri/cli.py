@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .paths import checkout_root, data_dir
+from .paths import EMBEDDED_MODEL_ID, checkout_root, data_dir
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -113,14 +113,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-EXPORT_HELP = """Write the embedded model (colibri/models/tiny) as files another engine loads, in one
+EXPORT_HELP = f"""Write the embedded model (colibri/models/tiny) as files another engine loads, in one
 family's chat format. The weights are the same for every family; the family picks the chat
 template and the end tokens (spec/families.yaml).
 
   hf    a transformers directory: config.json, model.safetensors, tokenizer.json,
         tokenizer_config.json (the family's chat template, eos/pad tokens), generation_config.json
         (the end tokens), README.md. Loads in transformers, vLLM and colibri serve --model OUT.
-  gguf  OUT/colibri-tiny-FAMILY-TYPE.gguf (llama architecture; tokenizer, template and end tokens
+  gguf  OUT/{EMBEDDED_MODEL_ID}-FAMILY-TYPE.gguf (llama architecture; tokenizer, template and end tokens
         in the metadata) and README.md. Loads in llama.cpp (llama-server -m FILE --jinja),
         llama-cpp-python and colibri serve --model FILE.
 

@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 
 from .families import detect_family_in_rows, family_rows
-from .paths import EMBEDDED_MODEL
+from .paths import EMBEDDED_MODEL, EMBEDDED_MODEL_ID
 
 FORMATS = ("hf", "gguf")
 GGUF_TYPES = ("f32", "f16", "q8_0")
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4  # llama.cpp's token types (gguf.TokenType)
-MODEL_NAME = "colibri-tiny"
+MODEL_NAME = EMBEDDED_MODEL_ID
 
 
 class ExportError(Exception):

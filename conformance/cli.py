@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from colibri.paths import EMBEDDED_FAMILY
+
 from .suite import PROFILES_ALL as PROFILES
 from .suite import REMOTE_DEFAULT
 
@@ -91,7 +93,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="generated requests per operation for the schemathesis and property phases "
                         "(default 20 in-process, 0 against a URL; 0 turns them off)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds one request may take (default 120)")
-    p.add_argument("--family", default="glm", help="in-process only: the reference server's family row")
+    p.add_argument("--family", default=EMBEDDED_FAMILY, help="in-process only: the reference server's family row")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return p
 

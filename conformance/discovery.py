@@ -11,7 +11,7 @@ from typing import Any
 from colibri.spec.model import Vector, deep_merge
 from colibri.spec.vectors import expand_model
 
-from .exchange import Exchange, TransportError
+from .exchange import Exchange, TransportError, model_of
 from .runner import Result
 
 #: An id no server holds: the chaining probe asks for it.
@@ -255,7 +255,7 @@ class Capabilities:
 
     @classmethod
     def discover(cls, spec: Any, target: Any) -> Capabilities:
-        model = getattr(target, "model", None) or "colibri-tiny"
+        model = model_of(target)
         found: dict[str, Finding] = {}
         for name, (endpoint, extra, _) in PROBES.items():
             ep = spec.endpoints[endpoint]

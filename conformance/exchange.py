@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from colibri.paths import EMBEDDED_MODEL_ID
+
 #: One SSE event ends at a blank line; the three line endings of the WHATWG rules.
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r|\r\n\n|\n\r\n")
 
@@ -131,12 +133,17 @@ def _with_content_type(hdrs: dict[str, str], body: bytes | None) -> dict[str, st
     return hdrs
 
 
+def model_of(target: Any) -> str:
+    """The model id requests to `target` name: the one it serves, or the embedded model's."""
+    return getattr(target, "model", None) or EMBEDDED_MODEL_ID
+
+
 class InProcessTarget:
     """A WSGI app driven through falcon.testing (no sockets)."""
 
     remote = False
 
-    def __init__(self, app: Any, default_headers: dict[str, str] | None = None, model: str = "colibri-tiny"):
+    def __init__(self, app: Any, default_headers: dict[str, str] | None = None, model: str = EMBEDDED_MODEL_ID):
         from falcon import testing
 
         self.client = testing.TestClient(app)

@@ -20,10 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
+from colibri.paths import EMBEDDED_MODEL_ID
 from colibri.schemas import all_schemas, validator
 
 from .checks import CheckContext, CheckFailure, answer, invariants
-from .exchange import Exchange
+from .exchange import Exchange, model_of
 from .runner import official_profile
 
 #: schemathesis check -> the rule whose promise it tests
@@ -272,7 +273,7 @@ def from_schema(schema: Any, depth: int = 0) -> Any:
     return _JSON_SCALARS
 
 
-def request_strategy(spec: Any, endpoint: str, model: str = "colibri-tiny") -> Any:
+def request_strategy(spec: Any, endpoint: str, model: str = EMBEDDED_MODEL_ID) -> Any:
     """(request, predicted refusal or None) near the endpoint's minimal request: schema-shaped
     extra fields (no prediction), or one field of a check set to a value that check's kind
     refuses (the rule tables' own samples, with the refusal they must get)."""
@@ -320,7 +321,7 @@ def property_phase(spec: Any, target: Any, examples: int = 25, *, strict: bool =
 def _fuzz_endpoint(spec: Any, target: Any, endpoint: str, examples: int, findings: list[Finding],
                    strict: bool, cases: Counter[str]) -> None:
     path = spec.endpoints[endpoint].path
-    model = getattr(target, "model", None) or "colibri-tiny"
+    model = model_of(target)
     official = official_profile(spec.endpoints[endpoint])
 
     @_settings(examples)

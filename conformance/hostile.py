@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-MODEL = "colibri-tiny"
-_RAW = '{"model":"colibri-tiny","messages":[{"role":"user","content":"hi"}],'
+from colibri.paths import EMBEDDED_MODEL_ID
+
+MODEL = EMBEDDED_MODEL_ID
+_RAW = '{"model":"' + MODEL + '","messages":[{"role":"user","content":"hi"}],'
 
 
 def _chat(**kw: Any) -> str:

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from colibri.model import Model
+from colibri.paths import EMBEDDED_FAMILY
 from colibri.server.app import create_app
 from colibri.server.service import Service, Settings
 from colibri.settings import VECTOR_SETTINGS
@@ -30,7 +31,7 @@ def model_target(path: Any, *, model_id: str | None = None, kv_slots: int = 1, n
 
 
 class ServerPool:
-    def __init__(self, family: str = "glm", wrap: Any = None, spec: Any = None) -> None:
+    def __init__(self, family: str = EMBEDDED_FAMILY, wrap: Any = None, spec: Any = None) -> None:
         from colibri.spec import load_spec
 
         self.model = Model()

@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from colibri.paths import EMBEDDED_MODEL_ID
+
 Body = dict[str, Any]
 WSGIApp = Callable[..., Iterable[bytes]]
 
@@ -229,7 +231,7 @@ def _refuse_developer(path: str, body: Body | None, status: int, headers: list, 
 
 
 def _any_model(path: str, body: Body) -> Body:
-    return dict(body, model="colibri-tiny") if "model" in body else body
+    return dict(body, model=EMBEDDED_MODEL_ID) if "model" in body else body
 
 
 def _drop_unknown(path: str, body: Body) -> Body:

@@ -10,8 +10,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from colibri.paths import EMBEDDED_MODEL_ID
 from colibri.spec.model import Vector, deep_merge
-from colibri.spec.vectors import DEFAULT_SETTINGS, LONG_PROMPT_PLACEHOLDER, MODEL, expand_model, request_for
+from colibri.spec.vectors import LONG_PROMPT_PLACEHOLDER, MODEL, expand_model, request_for
 
 from .checks import (
     LIVE_ONLY,
@@ -24,7 +25,7 @@ from .checks import (
     live_only_reason,
 )
 from .checks.operations import counters
-from .exchange import BodyNotJson, Exchange, TransportError
+from .exchange import BodyNotJson, Exchange, TransportError, model_of
 
 #: Placeholders vectors use for inputs too large to write in YAML.
 LONG_PROMPT = "Repeat exactly: " + "lorem ipsum dolor " * 1200
@@ -56,12 +57,8 @@ class Prepared:
     body: dict[str, Any] | None
 
 
-def model_of(target: Any) -> str:
-    return getattr(target, "model", None) or DEFAULT_SETTINGS["model_id"]
-
-
 def prepare(spec: Any, vector: Vector, model: str | None = None) -> Prepared:
-    model = model or DEFAULT_SETTINGS["model_id"]
+    model = model or EMBEDDED_MODEL_ID
     ep = spec.endpoints[vector.endpoint]
     method = vector.method
     path = expand_model(vector.path or ep.path, model)

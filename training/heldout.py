@@ -324,7 +324,7 @@ def main() -> int:
     else:
         from live_server import live_server
 
-        from colibri.paths import EMBEDDED_MODEL
+        from colibri.paths import EMBEDDED_FAMILY, EMBEDDED_MODEL, EMBEDDED_MODEL_ID
 
         tokenizer = Path(args.model or EMBEDDED_MODEL) / "tokenizer.json"
         if tokenizer.exists():
@@ -333,8 +333,8 @@ def main() -> int:
             print(f"no {tokenizer}: the pool words are not checked against the model's tokens", file=sys.stderr)
 
         # The server runs from a temporary directory (live_server), so a relative path is resolved here.
-        extra = (["--model", str(Path(args.model).resolve()), "--model-id", "colibri-tiny"] if args.model else []) + (
-            ["--family", args.family or "glm"] if args.model or args.family else []) + (
+        extra = (["--model", str(Path(args.model).resolve()), "--model-id", EMBEDDED_MODEL_ID] if args.model else []) + (
+            ["--family", args.family or EMBEDDED_FAMILY] if args.model or args.family else []) + (
             ["--free-tool-names"] if args.free_tool_names else [])
         with live_server(*extra) as base:
             doc = evaluate(base, args.n)

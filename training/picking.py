@@ -90,7 +90,9 @@ def main() -> int:
     args = ap.parse_args()
     from live_server import live_server
 
-    extra = ["--model", str(Path(args.model).resolve()), "--model-id", "colibri-tiny", "--family", "glm"] \
+    from colibri.paths import EMBEDDED_FAMILY, EMBEDDED_MODEL_ID
+
+    extra = ["--model", str(Path(args.model).resolve()), "--model-id", EMBEDDED_MODEL_ID, "--family", EMBEDDED_FAMILY] \
         if args.model else []
     with live_server(*extra) as base:
         doc = probe(base, args.per_verb)

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exchange import Exchange
+from ..exchange import Exchange, model_of
 
 
 class CheckFailure(Exception):
@@ -68,4 +68,4 @@ def stream_data(ctx: CheckContext, check: str) -> list[dict[str, Any]]:
 
 
 def target_model(ctx: CheckContext) -> str:
-    return getattr(ctx.target, "model", None) or "colibri-tiny"
+    return model_of(ctx.target)
