@@ -15,12 +15,9 @@ from typing import Any
 def family_rows(spec_root: Path | None = None) -> dict[str, dict[str, Any]]:
     """The rows of families.yaml by id, read alone (loading the whole spec takes seconds; a
     command that only needs this table should not wait for it)."""
-    import yaml
+    from .spec.tables import table
 
-    from .paths import data_dir
-
-    doc = yaml.safe_load(((spec_root or data_dir("spec")) / "families.yaml").read_text())
-    return {row["id"]: row for row in doc.get("families", [])}
+    return {row["id"]: row for row in table("families.yaml", spec_root).get("families", [])}
 
 
 def detect_family(template: str | None, spec: Any) -> tuple[str, str]:

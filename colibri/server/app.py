@@ -16,7 +16,7 @@ import falcon
 from ..paths import data_dir
 from ..spec.vectors import LONG_PROMPT_PLACEHOLDER, expand_model, request_for
 from .anthropic_api import MessagesResource
-from .errors import ApiError, error
+from .errors import ApiError, envelope_for, error
 from .openai_api import ChatResource, CompletionsResource, RenderResource, dumps
 from .profile import arrived
 from .responses_api import ResponseResource, ResponsesResource
@@ -164,14 +164,10 @@ class Auth:
             raise error("invalid_api_key")
 
 
-def _envelope(req: Any) -> str:
-    return "anthropic" if req.path.startswith("/v1/messages") else "openai"
-
-
 def _send(req: Any, resp: Any, ex: ApiError) -> None:
     resp.status = falcon.code_to_http_status(ex.status)
     resp.content_type = "application/json"
-    resp.data = ex.body(_envelope(req))
+    resp.data = ex.body(envelope_for(req.path))
     resp.stream = None
     for k, v in ex.headers.items():
         resp.set_header(k, v)

@@ -1,13 +1,13 @@
-"""API errors, one class per row of spec/errors.yaml (generated 1:1 at import), and the two
-envelopes they serialise to."""
+"""API errors, one class per row of spec/errors.yaml (generated 1:1 at import), the two
+envelopes they serialise to, and which envelope a request path answers in (spec/endpoints.yaml's
+`envelope` column)."""
 from __future__ import annotations
 
 import json
 from typing import Any, ClassVar
 
-import yaml
-
-from ..paths import data_dir
+from ..spec.model import error_codes
+from ..spec.tables import table
 
 
 class ApiError(Exception):
@@ -44,15 +44,13 @@ def _class_name(code: str) -> str:
 
 def _build() -> dict[str, type[ApiError]]:
     """One class per row of spec/errors.yaml (only that table is read: it is all this needs,
-    and `colibri spec lint` has validated it)."""
-    rows = yaml.safe_load((data_dir("spec") / "errors.yaml").read_text())["errors"]
-    table: dict[str, type[ApiError]] = {}
-    for e in rows:
-        attrs = {"status": e["status"], "type": e["type"], "anthropic_type": e["anthropic_type"], "code": e["code"],
-                 "default_message": e.get("message", e["description"]), "headers": dict(e.get("headers", {})),
-                 "__doc__": e["description"]}
-        table[e["code"]] = type(_class_name(e["code"]), (ApiError,), attrs)
-    return table
+    and `colibri spec lint` has validated it; the spec loader reuses the parse)."""
+    classes: dict[str, type[ApiError]] = {}
+    for code, e in error_codes(table("errors.yaml")["errors"]).items():
+        attrs = {"status": e.status, "type": e.type, "anthropic_type": e.anthropic_type, "code": code,
+                 "default_message": e.message, "headers": dict(e.headers), "__doc__": e.description}
+        classes[code] = type(_class_name(code), (ApiError,), attrs)
+    return classes
 
 
 ERRORS: dict[str, type[ApiError]] = _build()
@@ -61,3 +59,18 @@ ERRORS: dict[str, type[ApiError]] = _build()
 def error(code: str, message: str | None = None, *, param: str | None = None, rule_id: str | None = None) -> ApiError:
     """An instance of the class for `code` (KeyError for a code the table lacks: a spec bug)."""
     return ERRORS[code](message, param=param, rule_id=rule_id)
+
+
+#: Endpoint path prefixes (a path template up to its first "{"), longest first, and their envelope.
+_ENVELOPES = sorted(((row["path"].split("{")[0], row["envelope"]) for row in table("endpoints.yaml")["endpoints"]),
+                    key=lambda p: -len(p[0]))
+
+
+def envelope_for(path: str) -> str:
+    """The error envelope of a request path: that of the endpoint whose path is its longest
+    prefix (so /v1/messages/anything answers as Anthropic's API would); OpenAI's for any other
+    path and for endpoints with no envelope of their own (`none`: /metrics, the spec pages)."""
+    for prefix, envelope in _ENVELOPES:
+        if path.startswith(prefix):
+            return "openai" if envelope == "none" else envelope
+    return "openai"

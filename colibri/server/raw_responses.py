@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gunicorn.http import errors as http_errors
 
-from .errors import ApiError
+from .errors import ApiError, envelope_for
 
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
             417: "Expectation Failed", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
@@ -23,7 +23,7 @@ _PARSER_REFUSALS: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
 
 def answer(ex: ApiError, path: bytes, extra: dict[str, str] | None = None) -> bytes:
     """A whole HTTP/1.1 error response in the envelope the request's path implies."""
-    body = ex.body("anthropic" if path.startswith(b"/v1/messages") else "openai")
+    body = ex.body(envelope_for(path.decode("latin-1")))
     headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close",
                **ex.headers, **(extra or {})}
     reason = _REASONS.get(ex.status, "Error")

@@ -14,12 +14,10 @@ import yaml
 
 from ..paths import data_dir
 from .checks import CompiledCheck, SpecError, compile_check
-from .metrics import FILE as METRICS_FILE
 from .metrics import MetricsTable
-from .model import Endpoint, ErrorCode, Family, Rule, Topic, Vector
+from .model import Endpoint, ErrorCode, Family, Rule, Topic, Vector, error_codes
+from .tables import METRICS_FILE, TABLE_FILES, load_table
 from .yaml_lines import LineMap, load_with_lines
-
-TABLE_FILES = ("errors.yaml", "families.yaml", "endpoints.yaml", "checks.yaml", METRICS_FILE)
 
 
 @dataclass
@@ -116,7 +114,7 @@ def read_files(root: Path, meta_schema: Path | None = None) -> tuple[dict[str, t
     for path in files:
         rel = path.name
         try:
-            data, lines = load_with_lines(path)
+            data, lines = load_table(path) if rel in TABLE_FILES else load_with_lines(path)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             problems.append(Problem(rel, mark.line + 1 if mark else None, f"YAML syntax error: {exc}"))
@@ -140,10 +138,7 @@ def _step_for(rule_raw: dict[str, Any], fieldname: str) -> float:
 def build(root: Path, docs: dict[str, tuple[Any, LineMap]], problems: list[Problem]) -> Spec:
     """Turn parsed documents into a Spec, adding problems for anything that does not compile."""
     tables = {name: docs.get(name, ({}, LineMap()))[0] for name in TABLE_FILES}
-    errors = {e["code"]: ErrorCode(code=e["code"], status=e["status"], type=e["type"],
-                                   anthropic_type=e["anthropic_type"], message=e.get("message", e["description"]),
-                                   description=e["description"], headers=e.get("headers", {}))
-              for e in tables["errors.yaml"].get("errors", [])}
+    errors = error_codes(tables["errors.yaml"].get("errors", []))
     families = {f["id"]: Family(f["id"], f["title"], f) for f in tables["families.yaml"].get("families", [])}
     endpoints = {e["name"]: Endpoint(e["name"], e["method"], e["path"], e["envelope"], e.get("minimal_request"),
                                      e.get("schema"), e.get("response_schema"), e["description"], e.get("contract"))

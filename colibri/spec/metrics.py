@@ -7,11 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from .tables import METRICS_FILE, table
 
-from ..paths import data_dir
-
-FILE = "metrics.yaml"
+FILE = METRICS_FILE
 
 
 @dataclass(frozen=True)
@@ -44,5 +42,4 @@ class MetricsTable:
 
 def read_metrics(root: Path | str | None = None) -> MetricsTable:
     """The table alone, without loading the rest of spec/ (a scheduler built without a Service)."""
-    path = Path(root or data_dir("spec")) / FILE
-    return MetricsTable.from_doc(yaml.safe_load(path.read_text(encoding="utf-8")))
+    return MetricsTable.from_doc(table(FILE, Path(root) if root else None))

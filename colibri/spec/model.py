@@ -19,6 +19,14 @@ class ErrorCode:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+def error_codes(rows: list[dict[str, Any]]) -> dict[str, ErrorCode]:
+    """The rows of errors.yaml by code (a row without a message of its own says its description)."""
+    return {e["code"]: ErrorCode(code=e["code"], status=e["status"], type=e["type"], anthropic_type=e["anthropic_type"],
+                                 message=e.get("message", e["description"]), description=e["description"],
+                                 headers=e.get("headers", {}))
+            for e in rows}
+
+
 @dataclass(frozen=True)
 class Family:
     id: str

@@ -24,6 +24,11 @@ class LineMap:
 
 def load_with_lines(path: Path) -> tuple[Any, LineMap]:
     """Parse one YAML file; raise yaml.YAMLError (which carries a mark) on bad syntax."""
+    return parse_with_lines(path.read_text(encoding="utf-8"))
+
+
+def parse_with_lines(text: str) -> tuple[Any, LineMap]:
+    """Parse YAML text, remembering each mapping's line."""
     lines = LineMap()
 
     class _Loader(yaml.SafeLoader):
@@ -35,6 +40,5 @@ def load_with_lines(path: Path) -> tuple[Any, LineMap]:
         return mapping
 
     _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
-    with open(path, encoding="utf-8") as f:
-        data = yaml.load(f, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
+    data = yaml.load(text, Loader=_Loader)  # noqa: S506 - SafeLoader subclass
     return data, lines
