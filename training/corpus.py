@@ -26,13 +26,18 @@ from lexicon import ENGLISH, Lexicon  # noqa: E402
 from tooldomains import ToolTasks  # noqa: E402
 
 from colibri.chat_template import render  # noqa: E402
+from colibri.families import family_rows  # noqa: E402
+from colibri.paths import EMBEDDED_MODEL  # noqa: E402
 
-MODEL_DIR = ROOT / "colibri" / "models" / "tiny"
+MODEL_DIR = EMBEDDED_MODEL
 MESSAGING = next(i for i, d in enumerate(tooldomains.DOMAINS) if d[0][0] == "message")
-FAMILIES = {
-    "glm": {"template": "chat_template.glm.jinja", "end_text": "<|user|>", "end_tool": "<|observation|>"},
-    "chatml": {"template": "chat_template.chatml.jinja", "end_text": "<|im_end|>", "end_tool": "<|im_end|>"},
-}
+#: The families the corpus is rendered in, and the token the model is taught to end a text turn
+#: and a tool-call turn with (glm: the next role marker; chatml: <|im_end|>). Everything else
+#: about a family (its template, end tokens, tool format) is its row of spec/families.yaml.
+ENDINGS = {"glm": ("<|user|>", "<|observation|>"), "chatml": ("<|im_end|>", "<|im_end|>")}
+ROWS = {fid: row for fid, row in family_rows().items() if fid in ENDINGS}
+FAMILIES = {fid: {"template": ROWS[fid]["template"], "end_text": text, "end_tool": tool}
+            for fid, (text, tool) in ENDINGS.items()}
 
 COUNTRIES = [
     ("Velmora", "Castelune", "Velmoran", "crown"), ("Sárkány", "Tűzvár", "Sárkányi", "forint"),

@@ -17,14 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "training"))
 
-from corpus import FAMILIES, Gen  # noqa: E402
+from corpus import FAMILIES, MODEL_DIR, ROWS, Gen  # noqa: E402
 
 from colibri.chat_template import render  # noqa: E402
 from colibri.model import Model  # noqa: E402
 from colibri.tool_parsers import parse, validate_call  # noqa: E402
 
-END_TOKENS = {"glm": ("<|user|>", "<|observation|>", "<|endoftext|>"), "chatml": ("<|im_end|>", "<|endoftext|>")}
-FORMATS = {"glm": "glm-xml", "chatml": "json-tags"}
+END_TOKENS = {fid: tuple(row["end_tokens"]) for fid, row in ROWS.items()}
+FORMATS = {fid: row["tool_format"] for fid, row in ROWS.items()}
 HELD_OUT_SEED = 424242
 
 
@@ -54,7 +54,7 @@ def split_reasoning(text: str, thinking: bool) -> tuple[str | None, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(ROOT / "colibri" / "models" / "tiny"))
+    ap.add_argument("--model", default=str(MODEL_DIR))
     ap.add_argument("--json", default=None)
     ap.add_argument("--n", type=int, default=200, help="prompts per behaviour")
     ap.add_argument("--recipe", default="composed-colons",
