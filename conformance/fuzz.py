@@ -22,22 +22,40 @@ from hypothesis.errors import Unsatisfiable
 
 from colibri.paths import EMBEDDED_MODEL_ID
 from colibri.schemas import all_schemas, validator
+from colibri.server.errors import envelope_for
 
 from .checks import CheckContext, CheckFailure, answer, invariants
 from .exchange import Exchange, model_of
 from .runner import official_profile
 
-#: schemathesis check -> the rule whose promise it tests
-CHECK_RULES = {
-    "not_a_server_error": "err.no-500-for-client-input",
-    "status_code_conformance": "err.envelope.openai",
-    "content_type_conformance": "err.envelope.openai",
-    "response_schema_conformance": {"POST /v1/chat/completions": "chat.response.shape",
-                                    "POST /v1/completions": "cmpl.response.shape",
-                                    "POST /v1/messages": "msgs.response.shape",
-                                    "GET /v1/models": "models.list", "GET /v1/models/{model}": "models.get",
-                                    "GET /health": "ops.health"},
-}
+#: schemathesis check -> the named check (spec/checks.yaml) whose promise it tests. A failure is
+#: filed under the rule that owns that check on the operation's endpoint (the rule's `invariant`
+#: in spec/); with no owner there, under the envelope rule of the path's envelope. Any other
+#: failure (not_a_server_error, say) is a server error.
+CHECK_INVARIANTS = {"status_code_conformance": "error_envelope", "content_type_conformance": "error_envelope",
+                    "response_schema_conformance": "response_schema"}
+SERVER_ERROR_RULE = "err.no-500-for-client-input"
+
+
+def rule_for_check(spec: Any, check: str, operation: str) -> str:
+    """The rule a schemathesis `check` failing on `operation` ("GET /v1/models") is filed under."""
+    invariant = CHECK_INVARIANTS.get(check)
+    if invariant is None:
+        return SERVER_ERROR_RULE
+    method, _, path = operation.partition(" ")
+    endpoint = next((name for name, ep in spec.endpoints.items() if (ep.method, ep.path) == (method, path)), None)
+    return invariant_rule(spec, invariant, endpoint, path)
+
+
+def invariant_rule(spec: Any, invariant: str, endpoint: str | None, path: str) -> str:
+    """The rule that owns named check `invariant` on `endpoint`; with no owner there, the rule
+    that owns the error envelope of `path`'s envelope."""
+    owner = spec.invariant_owner(invariant, endpoint) if endpoint else None
+    if owner is not None:
+        return str(owner.id)
+    envelope = envelope_for(path)
+    return next(r.id for name, ep in spec.endpoints.items()
+                if ep.envelope == envelope and (r := spec.invariant_owner("error_envelope", name)) is not None)
 
 
 @dataclass
@@ -58,10 +76,14 @@ def _settings(examples: int) -> Any:
 
 
 def schemathesis_phase(app_or_url: Any, examples: int = 25, *, headers: dict[str, str] | None = None,
-                       cases: Counter[str] | None = None) -> list[Finding]:
+                       cases: Counter[str] | None = None, spec: Any = None) -> list[Finding]:
     """`cases`, when given, counts the requests sent per operation ("POST /v1/chat/completions")."""
     import schemathesis
     from schemathesis import GenerationMode
+
+    from colibri.spec import load_spec
+
+    spec = spec or load_spec()
 
     if isinstance(app_or_url, str):
         base = app_or_url.rstrip("/").removesuffix("/v1")
@@ -69,9 +91,8 @@ def schemathesis_phase(app_or_url: Any, examples: int = 25, *, headers: dict[str
             schema = schemathesis.openapi.from_url(base + "/openapi.json")
         except Exception:  # noqa: BLE001 - the target serves none: test it against ours
             from colibri.schemas import openapi
-            from colibri.spec import load_spec
 
-            schema = schemathesis.openapi.from_dict(openapi(load_spec()))
+            schema = schemathesis.openapi.from_dict(openapi(spec))
             schema.config.update(base_url=base)
     else:
         schema = schemathesis.openapi.from_wsgi("/openapi.json", app_or_url)
@@ -80,14 +101,14 @@ def schemathesis_phase(app_or_url: Any, examples: int = 25, *, headers: dict[str
         op = result.ok()  # type: ignore[union-attr]  # an operation that fails to load raises here
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             try:
-                _fuzz_operation(op, op.as_strategy(generation_mode=mode), examples, headers or {}, findings,
+                _fuzz_operation(spec, op, op.as_strategy(generation_mode=mode), examples, headers or {}, findings,
                                 cases if cases is not None else Counter())
             except Unsatisfiable:  # e.g. negative mode on an operation with nothing to negate
                 continue
     return _dedupe(findings)
 
 
-def _fuzz_operation(op: Any, strategy: Any, examples: int, headers: dict[str, str], findings: list[Finding],
+def _fuzz_operation(spec: Any, op: Any, strategy: Any, examples: int, headers: dict[str, str], findings: list[Finding],
                     cases: Counter[str]) -> None:
     label = f"{op.method.upper()} {op.path}"
 
@@ -104,11 +125,8 @@ def _fuzz_operation(op: Any, strategy: Any, examples: int, headers: dict[str, st
         except BaseException as exc:  # schemathesis raises a (Base)ExceptionGroup of failures
             for failure in getattr(exc, "exceptions", [exc]):
                 name = (getattr(failure, "checks", ()) or (type(failure).__name__,))[0]
-                mapped = CHECK_RULES.get(name, "err.no-500-for-client-input")
-                rule = mapped.get(label, "err.envelope.openai") if isinstance(mapped, dict) else mapped
-                if label.startswith("POST /v1/messages") and rule == "err.envelope.openai":
-                    rule = "err.envelope.anthropic"
-                findings.append(Finding(str(rule), f"schemathesis:{name}", label, str(failure)[:500],
+                rule = rule_for_check(spec, name, label)
+                findings.append(Finding(rule, f"schemathesis:{name}", label, str(failure)[:500],
                                         repr(case.body)[:500]))
 
     run()
@@ -189,10 +207,8 @@ def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: An
     if resp_schema and not ex.is_sse:
         errs = list(validator(resp_schema).iter_errors(ex.json()))
         if errs:
-            bad.append(({"chat": "chat.response.shape", "completions": "cmpl.response.shape",
-                         "messages": "msgs.response.shape", "systemone": "s1.answers.complete",
-                         "responses": "resp.response.shape"}[endpoint],
-                        "response_schema", errs[0].message))
+            rule = invariant_rule(spec, "response_schema", endpoint, spec.endpoints[endpoint].path)
+            bad.append((rule, "response_schema", errs[0].message))
         if endpoint in ("systemone", "responses"):  # their answer invariants (conformance/checks/__init__.py)
             vector = SimpleNamespace(endpoint=endpoint, rule_id="property", expect={}, headers={})
             ctx = CheckContext(spec, vector, ex, body, None, expect={"status": ex.status})

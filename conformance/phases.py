@@ -73,7 +73,7 @@ def generated_phases(spec: Any, sel: Any, examples: int, *, url: str | None = No
     def schemathesis(cases: Counter[str]) -> list[Any]:
         from .fuzz import schemathesis_phase
 
-        return schemathesis_phase(url if url is not None else app, examples, headers=headers, cases=cases)
+        return schemathesis_phase(url if url is not None else app, examples, headers=headers, cases=cases, spec=spec)
 
     def properties(cases: Counter[str]) -> list[Any]:
         from .fuzz import property_phase
