@@ -21,7 +21,7 @@ round, alternating so that a slow spell of this VM hits both engines:
   same prefill, 128 decode steps after one token, and 128 steps of 4 slots together; plus its
   resident memory.
 
-Each number is the best over the rounds. Results go to bench/results/gguf-formats.json and
+Each number is the best over the rounds. Results go to bench/results/gguf-formats-paths.json and
 Markdown tables on stdout (the CPU model and its flags first). Needs the peers cache (rebuilt
 when missing: llama.cpp from the llama-cpp-python sdist, the model from the wheel).
 """
@@ -191,7 +191,7 @@ def main() -> None:
     ap.add_argument("--paths", default=None, help="colibri kernel paths, comma-separated, of "
                     f"{','.join(KERNEL_PATHS)} (default: each this CPU runs but portable)")
     ap.add_argument("--batched", action="store_true", help="also llama-batched-bench (4-sequence decode)")
-    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "gguf-formats.json")
+    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "gguf-formats-paths.json")
     args = ap.parse_args()
     known = {f.upper(): f for f in FORMATS}
     formats = [known.get(f.strip().upper(), f.strip()) for f in args.formats.split(",") if f.strip()]
