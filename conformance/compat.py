@@ -324,7 +324,7 @@ def tools_readme(runs: list[Run], spec: Any) -> str:
              "`colibri-conform compat reports/peers-tools --out docs/compat/tools`); do not edit by hand.",
              "Each engine serves the files `colibri export --family F --format hf|gguf` writes, started with",
              "the flags below, and ran `colibri-conform` on the tool, tool_choice and reasoning rules",
-             "(`--profile openai anthropic responses tools reasoning --strict`): judged by the official contracts.",
+             "(`--profile openai anthropic responses tools reasoning --include-should`): judged by the official contracts.",
              "Reviewed explanations of every FAIL, with a curl, are on each run's page.", "",
              "| run | engine version | family | parsers | server command | tools | reasoning |", "|---|---|---|---|---|---|---|"]
     tools = {}
