@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 from .paths import EMBEDDED_MODEL_ID, checkout_root, data_dir
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 def _spec_root(args: argparse.Namespace) -> Path:

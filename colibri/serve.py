@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any
 
+from .exit_codes import EXIT_OK, EXIT_USAGE
 from .paths import EMBEDDED_FAMILY, EMBEDDED_MODEL_ID
 from .settings import SETTINGS, SPARE_THREADS, Settings
 
@@ -137,11 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         model, spec, family_note = prepare(args)
     except UsageError as e:
         print(f"colibri serve: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     from .gunicorn_app import ServeApplication
 
     ServeApplication(settings_from(args), http_threads(args), model, spec, family_note).run()
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -25,17 +25,19 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from colibri.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_UNTESTED, EXIT_USAGE
 from colibri.paths import EMBEDDED_FAMILY
 
 from .suite import PROFILES_ALL as PROFILES
 from .suite import REMOTE_DEFAULT
+from .targets import RunTargets, remote_run_targets, remote_target, request_headers
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
 SUBCOMMANDS = ("matrix", "diff", "replay", "compat", "differential", "load")
 USAGE = ("%(prog)s [--base-url URL] [--api-key KEY] [--model M] [--profile P ...] [--include-should] [--rule PREFIX]\n"
          "                       [--list] [--json F] [--markdown F] [--html DIR] [--fuzz N] [other options below]\n"
@@ -98,44 +100,22 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _headers(args: argparse.Namespace) -> dict[str, str]:
-    out = {}
-    for h in args.header:
-        k, sep, v = h.partition(":")
-        if not sep:
-            raise SystemExit(f"colibri-conform: --header wants 'Name: value', not {h!r}")
-        out[k.strip()] = v.strip()
-    key = args.api_key or os.environ.get("COLI_CONFORM_API_KEY")
-    if key:
-        out.setdefault("Authorization", f"Bearer {key}")
-        out.setdefault("x-api-key", key)
-    return out
-
-
-def remote_target(base_url: str, headers: dict[str, str], model: str | None, timeout: float = 120.0) -> Any:
-    """An HttpTarget whose model is `model`, else the first id the target lists, once the target
-    answers like an LLM API that takes the key given (conformance/first_contact.py). Raises
-    SystemExit with the exit code after one line a user can act on."""
-    from .exchange import HttpTarget
-    from .first_contact import Stop, first_contact
-
-    target = HttpTarget(base_url, headers, timeout=timeout)
-    target.api_key = next((v.removeprefix("Bearer ").strip() for k, v in headers.items()
-                           if k.lower() == "authorization"), None)
-    keyed = any(k.lower() in ("authorization", "x-api-key") for k in headers)
-    try:
-        target.model = first_contact(target, base_url, model, keyed)
-    except Stop as e:
-        print(f"colibri-conform: {e.message}", file=sys.stderr)
-        raise SystemExit(e.code) from None
-    return target
+@dataclass
+class RuleRun:
+    """What one rule run found and how long its parts took."""
+    results: list[Any]
+    caps: Any  # discovery.Capabilities
+    started: str
+    seconds: dict[str, float]  # discovery, rules
+    phases: list[Any] = field(default_factory=list)
+    #: lines of the generated-request phases that broke off: part of the run went untested
+    harness_errors: list[str] = field(default_factory=list)
 
 
 def cmd_run(argv: list[str]) -> int:
     from colibri.spec import load_spec
 
-    from .report import markdown, now_iso, to_json, write_html, write_junit
-    from .suite import Selection, in_process_only, run_suite, skip_reason
+    from .suite import Selection, skip_reason
 
     clock = time.monotonic()  # the printed and reported duration is the whole run's wall time
     args = _run_parser().parse_args(argv)
@@ -146,86 +126,115 @@ def cmd_run(argv: list[str]) -> int:
                     prefixes=args.rule, remote=remote, api_key=bool(key))
     chosen = [r for r in spec.rules if skip_reason(r, sel) is None]
     if args.list:
-        for r in spec.rules:
-            why = skip_reason(r, sel) or in_process_only(r, sel)
-            print(f"{'run ' if why is None else 'skip'} {r.id:45} {r.level:6} "
-                  + (f"{len(r.vectors)} vectors" if why is None else why))
-        print(f"{len(chosen)} of {len(spec.rules)} rules selected", file=sys.stderr)
-        return EXIT_OK if chosen else EXIT_EMPTY
+        return _list(spec, sel, chosen)
     if not chosen:
         print("colibri-conform: no rule selected (check --profile/--rule); nothing was tested", file=sys.stderr)
-        return EXIT_EMPTY
-    expectations: dict[str, str] = {}
-    if args.expectations:
-        try:
-            expectations = yaml.safe_load(Path(args.expectations).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            print(f"colibri-conform: cannot read --expectations: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        unknown = [k for k in expectations if k not in spec.by_id]
-        if unknown:
-            print(f"colibri-conform: --expectations names unknown rule ids: {', '.join(unknown)}", file=sys.stderr)
-            return EXIT_USAGE
-    headers = _headers(args)
-    release = None
-    if remote:
-        try:
-            target = remote_target(args.base_url, headers, args.model, args.timeout)
-        except SystemExit as e:
-            return int(e.code or EXIT_USAGE)
+        return EXIT_UNTESTED
+    expectations = _expectations(args.expectations, spec)
+    if expectations is None:
+        return EXIT_USAGE
+    headers = request_headers(args)  # a malformed --header: SystemExit with its message, as main() prints
+    try:
+        targets = _targets(args, spec, headers)
+    except SystemExit as e:
+        return int(e.code or EXIT_USAGE)
+    run = _run_rules(args, spec, sel, targets)
+    duration = time.monotonic() - clock
+    fixed = _known_deviations(run.results, expectations)
+    doc = _report(run, sel, targets, key, duration, fixed)
+    if not _write_reports(args, doc, run.results):
+        return EXIT_USAGE
+    _print_summary(doc, run, duration, fixed)
+    s = doc["summary"]
+    if s["ERROR"] and not s["PASS"] and not s["FAIL"]:
+        return EXIT_UNTESTED
+    # A phase that broke off left part of the run untested: not a green run.
+    return EXIT_FAIL if s["FAIL"] or s["ERROR"] or run.harness_errors else EXIT_OK
 
-        def target_for(vector: Any) -> Any:
-            return target
-        label = args.base_url
-        probe_target = target
-    else:
-        from .inprocess import ServerPool
 
-        pool = ServerPool(family=args.family, spec=spec)
+def _list(spec: Any, sel: Any, chosen: list[Any]) -> int:
+    """--list: each rule, run or skipped and why; exit 3 when nothing would run."""
+    from .suite import in_process_only, skip_reason
 
-        def target_for(vector: Any) -> Any:
-            return pool.target(vector.server)
+    for r in spec.rules:
+        why = skip_reason(r, sel) or in_process_only(r, sel)
+        print(f"{'run ' if why is None else 'skip'} {r.id:45} {r.level:6} "
+              + (f"{len(r.vectors)} vectors" if why is None else why))
+    print(f"{len(chosen)} of {len(spec.rules)} rules selected", file=sys.stderr)
+    return EXIT_OK if chosen else EXIT_UNTESTED
 
-        def release(vector: Any) -> None:
-            pool.release(vector.server)
-        label = f"in-process reference server (family {args.family})"
-        probe_target = pool.target({})
+
+def _expectations(path: str | None, spec: Any) -> dict[str, str] | None:
+    """The --expectations file's {rule id: reason}; None, after one line, when it cannot be read
+    or names a rule that does not exist."""
+    if not path:
+        return {}
+    try:
+        expectations: dict[str, str] = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        print(f"colibri-conform: cannot read --expectations: {e}", file=sys.stderr)
+        return None
+    unknown = [k for k in expectations if k not in spec.by_id]
+    if unknown:
+        print(f"colibri-conform: --expectations names unknown rule ids: {', '.join(unknown)}", file=sys.stderr)
+        return None
+    return expectations
+
+
+def _targets(args: argparse.Namespace, spec: Any, headers: dict[str, str]) -> RunTargets:
+    """The run's targets: the URL given (SystemExit after one line when it cannot be tested),
+    else the in-process reference servers."""
+    if args.base_url:
+        return remote_run_targets(args.base_url, headers, args.model, args.timeout)
+    from .inprocess import pool_run_targets
+
+    return pool_run_targets(spec, args.family)
+
+
+def _run_rules(args: argparse.Namespace, spec: Any, sel: Any, targets: RunTargets) -> RuleRun:
+    """Discovery, the selected rules' vectors, then the generated-request phases."""
+    from .discovery import Capabilities
+    from .report import now_iso
+    from .suite import run_suite
 
     def progress(rr: Any, done: int, total: int) -> None:
         if not args.quiet:
             print(f"[{done:3}/{total}] {rr.outcome:12} {rr.rule.id}", file=sys.stderr, flush=True)
 
-    from .discovery import Capabilities
-
     started = now_iso()
     t0 = time.monotonic()
-    caps = Capabilities.discover(spec, probe_target)
+    caps = Capabilities.discover(spec, targets.probe)
     discovery_seconds = time.monotonic() - t0
     if not args.quiet:
-        print(f"target {label}, model {probe_target.model}: {caps.summary()}", file=sys.stderr)
-    results, duration = run_suite(spec, sel, target_for, concurrency=args.concurrency, budget=args.budget,
-                                  release=release, progress=progress, gate=caps.gate)
-    rules_seconds = duration
-    fuzz = args.fuzz if args.fuzz is not None else (0 if remote else 20)
-    harness_errors: list[str] = []
-    phases = []
+        print(f"target {targets.label}, model {targets.probe.model}: {caps.summary()}", file=sys.stderr)
+    results, rules_seconds = run_suite(spec, sel, targets.target_for, concurrency=args.concurrency,
+                                       budget=args.budget, release=targets.release, progress=progress, gate=caps.gate)
+    run = RuleRun(results, caps, started, {"discovery": discovery_seconds, "rules": rules_seconds})
+    fuzz = args.fuzz if args.fuzz is not None else (0 if args.base_url else 20)
     if fuzz > 0:
-        from .phases import generated_phases
-        from .suite import fold_findings
+        _generated_phases(args, spec, sel, targets, fuzz, run)
+    return run
 
-        if not args.quiet:
-            print(f"generated requests: schemathesis and property phases, {fuzz} examples per operation",
-                  file=sys.stderr)
-        if remote:
-            phases = generated_phases(spec, sel, fuzz, url=args.base_url, target=target, headers=headers)
-        else:
-            fresh = pool.target({})  # vectors with test-only state may have retired the probe's server
-            phases = generated_phases(spec, sel, fuzz, app=fresh.client.app, target=fresh)
-        for ph in phases:
-            fold_findings(results, ph.findings)
-            if ph.outcome == "ERROR":
-                harness_errors.append(ph.line())
-    duration = time.monotonic() - clock
+
+def _generated_phases(args: argparse.Namespace, spec: Any, sel: Any, targets: RunTargets, fuzz: int,
+                      run: RuleRun) -> None:
+    """The schemathesis and property phases, their findings folded into the rules' verdicts."""
+    from .phases import generated_phases
+    from .suite import fold_findings
+
+    if not args.quiet:
+        print(f"generated requests: schemathesis and property phases, {fuzz} examples per operation",
+              file=sys.stderr)
+    run.phases = generated_phases(spec, sel, fuzz, **targets.phase_target())
+    for ph in run.phases:
+        fold_findings(run.results, ph.findings)
+        if ph.outcome == "ERROR":
+            run.harness_errors.append(ph.line())
+
+
+def _known_deviations(results: list[Any], expectations: dict[str, str]) -> list[str]:
+    """Rules listed in --expectations become SKIPPED with the reason given; those that pass
+    anyway are returned, so the run can say the entry is stale."""
     fixed = []
     for rr in results:
         if rr.rule.id in expectations:
@@ -233,18 +242,32 @@ def cmd_run(argv: list[str]) -> int:
                 fixed.append(rr.rule.id)
             else:
                 rr.outcome, rr.reason = "SKIPPED", f"known deviation: {expectations[rr.rule.id]}"
-    doc = to_json(results, {"target": label, "model": probe_target.model, "started": started,
-                            "duration_seconds": duration,
-                            "contract": "strict" if sel.strict_contract else "official",
-                            "selection": {"profiles": sel.profiles, "strict": sel.strict, "include_should": sel.strict,
-                                          "rules": sel.prefixes},
-                            "discovery": caps.to_dict(key)},
+    return fixed
+
+
+def _report(run: RuleRun, sel: Any, targets: RunTargets, key: str | None, duration: float,
+            fixed: list[str]) -> dict[str, Any]:
+    from .report import to_json
+
+    doc = to_json(run.results, {"target": targets.label, "model": targets.probe.model, "started": run.started,
+                                "duration_seconds": duration,
+                                "contract": "strict" if sel.strict_contract else "official",
+                                "selection": {"profiles": sel.profiles, "strict": sel.strict,
+                                              "include_should": sel.strict, "rules": sel.prefixes},
+                                "discovery": run.caps.to_dict(key)},
                   redact=key)
     doc["expectations_now_passing"] = fixed
-    if harness_errors:
-        doc["harness_errors"] = harness_errors
-    if phases:
-        doc["phases"] = {ph.name: ph.to_dict() for ph in phases}
+    if run.harness_errors:
+        doc["harness_errors"] = run.harness_errors
+    if run.phases:
+        doc["phases"] = {ph.name: ph.to_dict() for ph in run.phases}
+    return doc
+
+
+def _write_reports(args: argparse.Namespace, doc: dict[str, Any], results: list[Any]) -> bool:
+    """Write each report asked for; False, after one line, when one cannot be written."""
+    from .report import markdown, write_html, write_junit
+
     writers = [(args.json_out, lambda p: Path(p).write_text(json.dumps(doc, indent=2, ensure_ascii=False))),
                (args.junit, lambda p: write_junit(results, Path(p))),
                (args.markdown, lambda p: Path(p).write_text(markdown(doc))),
@@ -255,12 +278,16 @@ def cmd_run(argv: list[str]) -> int:
                 write(dest)
             except OSError as e:
                 print(f"colibri-conform: cannot write {dest}: {e}", file=sys.stderr)
-                return EXIT_USAGE
-    s = doc["summary"]
-    for ph in phases:
+                return False
+    return True
+
+
+def _print_summary(doc: dict[str, Any], run: RuleRun, duration: float, fixed: list[str]) -> None:
+    for ph in run.phases:
         print(ph.line())
-    print(" ".join(f"{k}={v}" for k, v in s.items()) + f"  ({duration:.1f} s: discovery {discovery_seconds:.1f}, "
-          f"rules {rules_seconds:.1f}" + "".join(f", {ph.name} {ph.seconds:.1f}" for ph in phases) + ")")
+    print(" ".join(f"{k}={v}" for k, v in doc["summary"].items())
+          + f"  ({duration:.1f} s: discovery {run.seconds['discovery']:.1f}, rules {run.seconds['rules']:.1f}"
+          + "".join(f", {ph.name} {ph.seconds:.1f}" for ph in run.phases) + ")")
     for rid in fixed:
         print(f"note: {rid} is listed in --expectations but now passes; remove it from the file")
     for r in doc["rules"]:
@@ -268,10 +295,6 @@ def cmd_run(argv: list[str]) -> int:
             bad: dict[str, Any] = next((v for v in r["vectors"] if v["outcome"] == r["outcome"]), {})
             print(f"{r['outcome']} {r['id']} [{bad.get('name', '')}] {bad.get('check', '')}: expected "
                   f"{bad.get('expected', '')} actual {bad.get('actual', bad.get('reason', ''))}"[:400])
-    if s["ERROR"] and not s["PASS"] and not s["FAIL"]:
-        return EXIT_EMPTY
-    # A phase that broke off left part of the run untested: not a green run.
-    return EXIT_FAIL if s["FAIL"] or s["ERROR"] or harness_errors else EXIT_OK
 
 
 def cmd_matrix(argv: list[str]) -> int:
@@ -339,7 +362,7 @@ def cmd_replay(argv: list[str]) -> int:
     if vector is None:
         print(f"colibri-conform replay: no case {a.case!r}", file=sys.stderr)
         return EXIT_USAGE
-    target = remote_target(a.base_url, _headers(a), a.model)
+    target = remote_target(a.base_url, request_headers(a), a.model)
     res = run_vector(spec, rule, vector, target, "strict" in (a.profile or []), a.profile)
     print(json.dumps({"outcome": res.outcome, "failure": str(res.failure) if res.failure else None,
                       "evidence": res.exchange.to_dict(a.api_key) if res.exchange else None}, indent=2,

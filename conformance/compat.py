@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from colibri.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_UNTESTED
+
 from .report import write_assets, write_html
 from .suite import REMOTE_DEFAULT
 
@@ -478,14 +480,14 @@ def main(argv: list[str]) -> int:
     runs = load_runs(a.reports)
     if not runs:
         print(f"colibri-conform compat: no NAME.json + NAME.meta.json pairs in {a.reports}", file=sys.stderr)
-        return 3
+        return EXIT_UNTESTED
     if a.check:
         diffs = check(runs, a.check)
         for d in diffs:
             print(d)
         print(f"{len(diffs)} verdict(s) differ from {a.check}" if diffs else
               f"verdicts of {', '.join(r.name for r in runs)} match {a.check}")
-        return 1 if diffs else 0
+        return EXIT_FAIL if diffs else EXIT_OK
     if not a.out:
         p.error("give --out or --check")
     carried = carried_runs(a.out, {r.name for r in runs})
@@ -499,4 +501,4 @@ def main(argv: list[str]) -> int:
     for m in missing:
         print(f"not reviewed: {m}", file=sys.stderr)
     print(f"wrote {a.out}: {len(runs)} servers, {len(missing)} FAIL(s) without a reviewed explanation")
-    return 0
+    return EXIT_OK

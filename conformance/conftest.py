@@ -40,8 +40,8 @@ def pytest_generate_tests(metafunc: Any) -> None:
 def conform_env(request: Any) -> Any:
     from colibri.spec import load_spec
 
-    from .cli import remote_target
     from .suite import PROFILES_ALL, REMOTE_DEFAULT, Selection
+    from .targets import remote_target
 
     cfg = request.config
     spec = load_spec()

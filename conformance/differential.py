@@ -27,6 +27,11 @@ from typing import Any
 
 import yaml
 
+from colibri.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+
+from .exchange import BodyNotJson, TransportError
+from .targets import remote_target
+
 PROMPTS_FILE = Path(__file__).with_name("differential_prompts.yaml")
 TOP = 20  # alternatives the reference reports per token (OpenAI's top_logprobs maximum)
 #: Largest reference margin (nats) at which a divergence passes, per tolerance; the rule bodies
@@ -74,6 +79,11 @@ def _body(prompt: dict[str, Any], model: str, max_tokens: int, endpoint: str, lo
         if logprobs:
             body |= {"logprobs": True, "top_logprobs": TOP}
     return body
+
+
+#: What _send raises for an answer that is not one: a status other than 200, a transfer that
+#: broke off, a body that is not JSON.
+UNANSWERED = (RuntimeError, TransportError, BodyNotJson)
 
 
 def _send(target: Any, endpoint: str, body: dict[str, Any]) -> Any:
@@ -239,7 +249,7 @@ def raw_text(target: Any, model: str, prompt: dict[str, Any], n: int) -> str | N
     body = {"model": model, "max_tokens": n, "temperature": 0, "prompt": text if text is not None else ids}
     try:
         doc = _send(target, "completions", body)
-    except Exception:  # noqa: BLE001 - an engine without completions on its own prompt: no raw text
+    except UNANSWERED:  # an engine without completions on its own prompt: no raw text
         return None
     return answer_text("completions", doc)
 
@@ -300,7 +310,7 @@ def rendered(target: Any, model: str, messages: list[dict[str, Any]],
         try:
             ex = target.send("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
             doc = ex.json() if ex.status == 200 else None
-        except Exception:  # noqa: BLE001 - an endpoint the target lacks
+        except (TransportError, BodyNotJson):  # an endpoint the target lacks
             doc = None
         if isinstance(doc, dict) and ((text_key and isinstance(doc.get(text_key), str))
                                       or (tokens_key and isinstance(doc.get(tokens_key), list))):
@@ -412,7 +422,7 @@ def run(reference: Any, ref_model: str, targets: list[tuple[str, Any, str]], tol
             ref = refs[p["id"]]
             try:
                 doc = _target_answer(target, p, model, n)
-            except Exception as e:  # noqa: BLE001 - an endpoint the target lacks is a finding, not a crash
+            except UNANSWERED as e:  # an endpoint the target lacks is a finding, not a crash
                 rows.append({"prompt": p["id"], "outcome": "UNSUPPORTED", "why": str(e)[:300]})
                 continue
             text = answer_text(p["endpoint"], doc)
@@ -497,7 +507,7 @@ def _cell(text: str) -> str:
 
 
 def _reference_target(spec: str, headers: dict[str, str]) -> tuple[Any, str]:
-    """The reference as a target; SystemExit(2) after one line when an in-process model cannot
+    """The reference as a target; SystemExit(EXIT_USAGE) after one line when an in-process model cannot
     be found or loaded (the names `colibri serve --model` takes are taken here too)."""
     if spec.startswith("inprocess:"):
         from colibri.engine_errors import EngineError
@@ -510,10 +520,8 @@ def _reference_target(spec: str, headers: dict[str, str]) -> tuple[Any, str]:
             target, svc = model_target(resolve_model(name), dequantize=True)
         except (ModelNotFound, EngineError, OSError, ValueError) as e:
             print(f"colibri-conform differential: --reference {spec}: {e}", file=sys.stderr)
-            raise SystemExit(2) from None
+            raise SystemExit(EXIT_USAGE) from None
         return target, svc.settings.model_id
-    from .cli import remote_target
-
     target = remote_target(spec, headers, None)
     return target, target.model
 
@@ -537,8 +545,6 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--json", type=Path, help="write the report as JSON here")
     ap.add_argument("--markdown", type=Path, help="write the report as Markdown here")
     a = ap.parse_args(argv)
-    from .cli import remote_target
-
     reference, ref_model = _reference_target(a.reference, {})
     targets = []
     for url in a.base_url:
@@ -559,4 +565,5 @@ def main(argv: list[str]) -> int:
                 print(f"  {r['outcome']} {r['prompt']}: {r['why']}", file=sys.stderr)
             if r.get("logprobs", {}).get("outcome") == "FAIL":
                 print(f"  log probabilities FAIL {r['prompt']}: {r['logprobs']['why']}", file=sys.stderr)
-    return 1 if any("FAIL" in (t["verdict"], t.get("logprobs")) for t in report["targets"].values()) else 0
+    failed = any("FAIL" in (t["verdict"], t.get("logprobs")) for t in report["targets"].values())
+    return EXIT_FAIL if failed else EXIT_OK

@@ -140,7 +140,7 @@ def _retrieve_state(ex: Exchange, target: Any) -> tuple[str, str]:
         return _state("response_lookup", ex)
     try:
         other = target.send("GET", UNKNOWN_ROUTE, None, {})
-    except Exception:  # noqa: BLE001 - without the comparison the 404 is taken as the id's
+    except TransportError:  # without the comparison the 404 is taken as the id's
         return "served", "an unknown id is not found (404)"
     if _same_answer(ex, other):
         return "absent", f"answers {ex.status} exactly as an unknown route ({UNKNOWN_ROUTE}) does: no such route"

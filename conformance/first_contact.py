@@ -9,9 +9,10 @@ import json
 import re
 from typing import Any
 
+from colibri.exit_codes import EXIT_UNTESTED, EXIT_USAGE
+
 from .exchange import Exchange, TransportError
 
-EXIT_USAGE, EXIT_UNREACHABLE = 2, 3
 KEY_HOW = "give it with --api-key KEY or the COLI_CONFORM_API_KEY environment variable"
 #: Requests that any OpenAI- or Anthropic-compatible server answers with JSON (an answer or an
 #: error envelope), tried when GET /v1/models gives no model list.
@@ -85,7 +86,7 @@ def first_contact(target: Any, base_url: str, model: str | None, keyed: bool) ->
     try:
         listing = target.send("GET", "/v1/models")
     except TransportError as e:
-        raise Stop(f"cannot reach {base_url}: {e}; is the server running at that address?", EXIT_UNREACHABLE) from None
+        raise Stop(f"cannot reach {base_url}: {e}; is the server running at that address?", EXIT_UNTESTED) from None
     if (stop := _wants_key(listing, "GET", "/v1/models", keyed)) is not None:
         raise stop
     listed = _listed_models(listing)
@@ -97,7 +98,7 @@ def first_contact(target: Any, base_url: str, model: str | None, keyed: bool) ->
             ex = target.send("POST", path, json.dumps({"model": model or "any", **body}).encode())
         except TransportError as e:
             raise Stop(f"cannot reach {base_url}: {e}; is the server running at that address?",
-                       EXIT_UNREACHABLE) from None
+                       EXIT_UNTESTED) from None
         if (stop := _wants_key(ex, "POST", path, keyed)) is not None:
             raise stop
         if _looks_like_api(ex):
@@ -107,4 +108,4 @@ def first_contact(target: Any, base_url: str, model: str | None, keyed: bool) ->
             raise Stop(f"the target {why} ({seen[0]}); name the model to test with --model", EXIT_USAGE)
         seen.append(f"POST {path} answered {ex.status} ({what_came_back(ex)})")
     raise Stop(f"{base_url} does not look like an LLM API: {', '.join(seen)}; give the root (or /v1) of an "
-               "OpenAI- or Anthropic-compatible server", EXIT_UNREACHABLE)
+               "OpenAI- or Anthropic-compatible server", EXIT_UNTESTED)

@@ -13,7 +13,7 @@ from colibri.server.app import create_app
 from colibri.server.service import Service, Settings
 from colibri.settings import VECTOR_SETTINGS
 
-from .exchange import InProcessTarget
+from .targets import InProcessTarget, RunTargets
 
 
 def model_target(path: Any, *, model_id: str | None = None, kv_slots: int = 1, n_threads: int = 0,
@@ -89,6 +89,19 @@ class ServerPool:
         for s in self.services.values():
             s.scheduler.close()
 
+
+
+def pool_run_targets(spec: Any, family: str) -> RunTargets:
+    """Each vector to the in-process server its `server` block asks for, on one loaded model."""
+    pool = ServerPool(family=family, spec=spec)
+
+    def phase_target() -> dict[str, Any]:
+        fresh = pool.target({})  # vectors with test-only state may have retired the probe's server
+        return {"app": fresh.client.app, "target": fresh}
+
+    return RunTargets(f"in-process reference server (family {family})", pool.target({}),
+                      lambda vector: pool.target(vector.server), lambda vector: pool.release(vector.server),
+                      phase_target)
 
 def _kill_engine_thread(svc: Service) -> None:
     """Break the engine thread's own loop (not one task's work) the way a bug would, and wait

@@ -207,7 +207,7 @@ def test_dashboard_chat_turn_with_reasoning_and_a_tool_call_then_its_result(tmp_
 def test_spec_json_lists_every_rule_with_each_vectors_whole_request():
     from colibri.server.app import build_app
     from colibri.spec import load_spec
-    from conformance.exchange import InProcessTarget
+    from conformance.targets import InProcessTarget
 
     ex = InProcessTarget(build_app(), {"Host": "localhost"}).send("GET", "/spec.json")
     doc = ex.json()

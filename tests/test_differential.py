@@ -24,7 +24,8 @@ from conformance.differential import (
     run,
     templates,
 )
-from conformance.exchange import Exchange, InProcessTarget
+from conformance.exchange import Exchange
+from conformance.targets import InProcessTarget
 
 HOST = {"Host": "localhost"}
 

@@ -11,12 +11,13 @@ from colibri.model import Model
 from colibri.server.app import create_app
 from colibri.server.service import Service, Settings
 from conformance.differential import Reference
-from conformance.exchange import Exchange, InProcessTarget
+from conformance.exchange import Exchange
 from conformance.load.fold import Idle, fold_load
 from conformance.load.fold import Settings as LoadSettings
 from conformance.load.judge import Judge, Record, retry_after_ok
 from conformance.load.plan import Item, build, neutral_reason
 from conformance.suite import REMOTE_DEFAULT, Selection
+from conformance.targets import InProcessTarget
 
 HOST = {"Host": "localhost"}
 OK_IDLE = Idle(probe_status=200,

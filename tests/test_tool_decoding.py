@@ -16,8 +16,8 @@ from colibri.server.service import Service, Settings
 from colibri.server.task import Done, Failed, Task, TokenRecord
 from colibri.spec import load_spec
 from colibri.tool_decoding import TokenIndex, ToolDecoder
-from conformance.exchange import InProcessTarget
 from conformance.runner import run_vector
+from conformance.targets import InProcessTarget
 
 MUSIC_WEATHER = [{"type": "function", "function": {"name": "play_track", "parameters": {
                      "type": "object", "properties": {"artist": {"type": "string"}}, "required": ["artist"]}}},

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from colibri.spec import load_spec
-from conformance.cli import remote_target
 from conformance.discovery import Capabilities
 from conformance.report import compat_profile, probed
+from conformance.targets import remote_target
 
 SERVED = ("chat", "streaming", "tools", "messages", "responses", "responses_chaining", "stream_usage")
 

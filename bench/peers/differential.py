@@ -46,7 +46,7 @@ from tiny import ensure_export, export_path, exported, model_id  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from conformance.differential import _reference_target, markdown, run, templates  # noqa: E402
-from conformance.exchange import HttpTarget  # noqa: E402
+from conformance.targets import HttpTarget  # noqa: E402
 
 COLIBRI_DIR = dataclasses.replace(
     COLIBRI_SMOLLM2, name="colibri-f32-dir",

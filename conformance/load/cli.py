@@ -29,10 +29,10 @@ from typing import Any
 import gevent  # noqa: F401 - Locust patches the process before anything opens a socket
 import locust  # noqa: F401
 
+from colibri.exit_codes import EXIT_OK, EXIT_UNTESTED, EXIT_USAGE
+
 from .state import Shared
 from .user import environment, run_local, run_master, run_worker
-
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_EMPTY = 0, 1, 2, 3
 
 
 def parser() -> argparse.ArgumentParser:
@@ -76,14 +76,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     import logging
 
-    from ..cli import _headers
+    from ..targets import request_headers
 
     args = parser().parse_args(argv)
     logging.getLogger("locust").setLevel(logging.WARNING if args.quiet else logging.INFO)
     if args.users < 1 or args.duration <= 0:
         print("colibri-conform load: --users and --duration must be positive", file=sys.stderr)
         return EXIT_USAGE
-    headers = _headers(args)
+    headers = request_headers(args)
     if args.worker:
         return worker(args, headers)
     if not args.base_url:
@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
         return int(e.code or EXIT_USAGE)
     if not session.plan.items:
         print("colibri-conform load: no vector passed alone, so nothing to load with", file=sys.stderr)
-        return EXIT_EMPTY
+        return EXIT_UNTESTED
     sh = session.shared(headers)
     env = environment(session.target.base)
     spawn = args.spawn_rate or float(args.users)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from colibri.exit_codes import EXIT_FAIL, EXIT_OK
 from colibri.spec import load_spec
 
 from ..discovery import Capabilities
@@ -18,6 +19,7 @@ from ..exchange import TransportError
 from ..report import markdown, now_iso, to_json, write_html
 from ..runner import prepare
 from ..suite import REMOTE_DEFAULT, Selection
+from ..targets import remote_target
 from .figures import locust_stats, per_endpoint, timeline
 from .fold import Idle, Settings, fold_load
 from .judge import Judge
@@ -61,8 +63,6 @@ class Session:
 
     @classmethod
     def open(cls, args: argparse.Namespace, headers: dict[str, str], say: Any) -> Session:
-        from ..cli import remote_target
-
         clock = time.monotonic()
         spec = load_spec()
         sel = Selection(profiles=args.profile or list(REMOTE_DEFAULT), strict=args.should, prefixes=args.rule,
@@ -192,7 +192,7 @@ class Session:
                 bad: dict[str, Any] = next((v for v in r["vectors"] if v["outcome"] == r["outcome"]), {})
                 print(f"{r['outcome']} {r['id']} [{bad.get('name', '')}] {bad.get('check', '')}: expected "
                       f"{bad.get('expected', '')} actual {bad.get('actual', bad.get('reason', ''))}"[:400])
-        return 1 if s["FAIL"] or s["ERROR"] else 0
+        return EXIT_FAIL if s["FAIL"] or s["ERROR"] else EXIT_OK
 
 
 def _key(headers: dict[str, str]) -> str | None:

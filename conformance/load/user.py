@@ -17,7 +17,7 @@ from typing import Any
 import gevent
 from locust import User, constant, task
 
-from ..exchange import HttpTarget
+from ..targets import HttpTarget
 from .figures import ITL, REQUEST, TTFT, label
 from .judge import disconnect
 from .state import Shared
