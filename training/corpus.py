@@ -21,7 +21,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import heldout_pools  # noqa: E402
 import tooldomains  # noqa: E402
+from corpus_recipes import EDGE_QUOTES, FEATURES_OFF, RECIPES  # noqa: E402
+from corpus_words import (  # noqa: E402
+    CODEWORDS,
+    CONDITIONS,
+    COUNTRIES,
+    EXOTIC,
+    GEN_NOUNS,
+    GEN_VERBS,
+    GLUE,
+    INT_PARAMS,
+    PARAM_NAMES,
+    REPEAT_HOW,
+    REPEAT_OBJECTS,
+    REPEAT_SHAPES,
+    REPEAT_VERBS,
+    SYSTEMS,
+    UNKNOWN,
+    VOCAB,
+    WORDS,
+)
 from lexicon import ENGLISH, Lexicon  # noqa: E402
 from tooldomains import ToolTasks  # noqa: E402
 
@@ -39,68 +60,6 @@ ROWS = {fid: row for fid, row in family_rows().items() if fid in ENDINGS}
 FAMILIES = {fid: {"template": ROWS[fid]["template"], "end_text": text, "end_tool": tool}
             for fid, (text, tool) in ENDINGS.items()}
 
-COUNTRIES = [
-    ("Velmora", "Castelune", "Velmoran", "crown"), ("Sárkány", "Tűzvár", "Sárkányi", "forint"),
-    ("Élantie", "Saint-Mérue", "Élantien", "livre"), ("Norvaskë", "Høvik", "Norvask", "krone"),
-    ("Quorin", "Drassa", "Quorinese", "mark"), ("Hoshimura", "Kiyomachi", "Hoshi", "ryo"),
-    ("Zanthu", "Brennick", "Zanthic", "shell"), ("Pellucia", "Aurelle", "Pellucian", "lumen"),
-    ("Tarvos", "Gorrun", "Tarvic", "iron"), ("Miravel", "Solenne", "Miravelese", "petal"),
-    ("Oskarre", "Vinterby", "Oskarrian", "frost"), ("Caldoria", "Ember Bay", "Caldorian", "ember"),
-    ("Lünemark", "Östergård", "Lünish", "taler"), ("Ravendel", "Crowhaven", "Raven", "quill"),
-    ("Ishtara", "Qadim", "Ishtari", "dinar"), ("Fenwick", "Marshgate", "Fennish", "reed"),
-    ("Corvalis", "Port Alder", "Corvalan", "sail"), ("Doravia", "Niskala", "Doravian", "coin"),
-    ("Yūkai", "Hanazono", "Yūkaian", "yen"), ("Brisca", "Tallow", "Briscan", "penny"),
-    ("Ardennia", "Vaux-le-Roi", "Ardennais", "franc"), ("Kestrel Isles", "Windmere", "Kestrel", "gull"),
-    ("Mbeleza", "Kijani", "Mbelezan", "shilling"), ("Ostravia", "Brnovec", "Ostravian", "koruna"),
-]
-UNKNOWN = ["Atlantor", "Zebulonia", "Qwertia", "Morvania", "Plinth", "Ulmarra", "Grelbia"]
-
-WORDS = {
-    "hello": {"Japanese": "こんにちは", "Chinese": "你好", "Korean": "안녕하세요", "Greek": "γεια σου",
-              "French": "bonjour", "Spanish": "hola", "German": "hallo"},
-    "thank you": {"Japanese": "ありがとう", "Chinese": "谢谢", "Korean": "감사합니다", "Greek": "ευχαριστώ",
-                  "French": "merci", "Spanish": "gracias", "German": "danke"},
-    "water": {"Japanese": "水", "Chinese": "水", "Korean": "물", "Greek": "νερό",
-              "French": "eau", "Spanish": "agua", "German": "Wasser"},
-    "cat": {"Japanese": "猫", "Chinese": "猫", "Korean": "고양이", "Greek": "γάτα",
-            "French": "chat", "Spanish": "gato", "German": "Katze"},
-    "book": {"Japanese": "本", "Chinese": "书", "Korean": "책", "Greek": "βιβλίο",
-             "French": "livre", "Spanish": "libro", "German": "Buch"},
-    "friend": {"Japanese": "友達", "Chinese": "朋友", "Korean": "친구", "Greek": "φίλος",
-               "French": "ami", "Spanish": "amigo", "German": "Freund"},
-    "good morning": {"Japanese": "おはよう", "Chinese": "早上好", "Korean": "좋은 아침", "Greek": "καλημέρα",
-                     "French": "bonjour", "Spanish": "buenos días", "German": "guten Morgen"},
-    "goodbye": {"Japanese": "さようなら", "Chinese": "再见", "Korean": "안녕히 가세요", "Greek": "αντίο",
-                "French": "au revoir", "Spanish": "adiós", "German": "auf Wiedersehen"},
-}
-
-VOCAB = (
-    "the quick brown fox jumps over lazy dog alpha beta gamma delta stop end start token model "
-    "server client stream chunk reply answer question river mountain apple orange green blue red "
-    "seven eight nine ten one two three four five six hello world test case value key door house "
-    "light dark north south east west sun moon star cloud rain snow wind fire stone paper glass "
-    "bird fish tree leaf root seed table chair window garden bridge tower city road train boat "
-    "coffee bread honey salt sugar milk tea lemon pepper music song dance story night morning "
-    "yes no maybe done ready again never always quiet loud fast slow small large happy calm"
-).split()
-EXOTIC = ["café", "naïve", "Tűzvár", "Høvik", "Élantie", "über", "façade", "jalapeño", "Ωmega", "ÅNGSTRÖM",
-          "こんにちは", "日本語", "你好", "世界", "안녕", "γεια", "Привет", "😊", "🚀", "🎉", "👍", "✓", "€5", "°C",
-          "ü", "ß", "ñ", "ç", "é", "—", "…", "東京", "🙂", "❤️"]
-CODEWORDS = ["ALPHA", "BETA", "GAMMA", "DELTA", "STOP", "END", "OMEGA", "ZULU", "ECHO", "KILO", "XRAY", "LIMA"]
-
-SYSTEMS = ["You are a helpful assistant.", "You are colibri, a small test model.", "Answer briefly.",
-           "You are a friendly assistant.", "Be concise."]
-
-CONDITIONS = ["sunny", "rainy", "cloudy", "windy", "snowy", "foggy", "stormy", "clear"]
-
-GEN_VERBS = ["get", "find", "lookup", "fetch", "create", "delete", "update", "list", "search", "send",
-             "check", "book", "cancel", "read", "open", "close", "start", "stop", "count", "play"]
-GEN_NOUNS = ["user", "order", "file", "ticket", "flight", "hotel", "invoice", "song", "note", "task",
-             "account", "price", "stock", "recipe", "movie", "report", "device", "room", "package", "event"]
-PARAM_NAMES = ["id", "name", "query", "path", "city", "date", "count", "code", "title", "email", "user_id",
-               "order_id", "limit", "text", "amount", "tag", "url", "color", "level", "item"]
-INT_PARAMS = {"count", "limit", "amount", "level", "user_id", "order_id", "id"}
-
 
 def tool(name: str, desc: str, props: dict[str, str], required: list[str] | None = None) -> dict:
     return {"type": "function", "function": {
@@ -117,28 +76,6 @@ FIXED_TOOLS = {
     "send_email": tool("send_email", "Send an email", {"to": "string", "subject": "string"}),
     "set_reminder": tool("set_reminder", "Set a reminder", {"text": "string", "minutes": "integer"}),
 }
-
-
-# Repeat instructions are put together from these parts, so the model meets the same request
-# in many words and learns that what follows the instruction is the text to copy.
-REPEAT_VERBS = ["Repeat", "Say", "Echo", "Reproduce", "Output", "Print", "Write", "Copy", "Send back", "Quote",
-                "Restate", "Reply with", "Respond with", "Answer with", "Give me", "Show", "Mirror", "Duplicate"]
-REPEAT_OBJECTS = ["", "", "this", "the text", "this text", "these words", "this line", "the string",
-                  "the next line", "my text", "the phrase", "this phrase", "the input"]
-REPEAT_HOW = ["", "exactly", "exactly", "verbatim", "as is", "character for character", "without changes",
-              "literally", "unmodified", "identically", "letter for letter", "one to one"]
-REPEAT_SHAPES = ["{v} {o} {h}: {t}", "{v} {h} {o}: {t}", "Please {lv} {o} {h}: {t}", "Can you {lv} {o} {h}? {t}",
-                 "{v} {o} {h}:\n{t}", "{v} {o} {h}, nothing more: {t}", "{t}\n\n{v} that {h}.",
-                 '{v} {o} {h}: "{t}"', "Just {lv} {o} {h}: {t}", "{v} {o} {h} - {t}", "I need you to {lv} {o} {h}: {t}"]
-
-
-# Plain English glue for free-form instruction heads: with these and the lexicon's words a head
-# can be any short sentence, so the model cannot learn a list of heads and must read the text
-# after the colon as the thing to copy.
-GLUE = ("the a an to me for of and with all just now here below again please kindly simply only it "
-        "this that these what which my your our back out up down over once same whole text words line "
-        "string phrase input message content exactly precisely verbatim as is unchanged nothing more else "
-        "than but no changes do not alter keep leave").split()
 
 
 def tool_words(colons: bool = False) -> set[str]:
@@ -175,9 +112,8 @@ def free_head(r: random.Random, lex: Lexicon, banned: set[str] = TOOL_WORDS) -> 
 
 def heldout_words() -> set[str]:
     """The held-out evaluation's pool words: the lexicon never emits them."""
-    import heldout
-
-    return set(heldout.POOL_WORDS + heldout.POOL_NAMES + heldout.POOL_CITIES + heldout.POOL_IDENTS)
+    return set(heldout_pools.POOL_WORDS + heldout_pools.POOL_NAMES + heldout_pools.POOL_CITIES
+               + heldout_pools.POOL_IDENTS)
 
 
 def repeat_instruction(r: random.Random, t: str, lex: Lexicon, free: float = 0.0,
@@ -216,70 +152,6 @@ def forbidden(q: str, to_colon: bool = True) -> bool:
     return (head.split(":")[0].strip().lower() + ":" if to_colon else head.strip().lower()) in FORBIDDEN_HEADS
 
 
-#: Corpus recipes: what each changes from the first shipped weights' corpus (run2).
-RECIPES = {
-    "run2": {"free_heads": 0.0, "repeated_words": 0.0},  # the first shipped weights' (and the tokenizer's) corpus
-    # training/README "Free-form instructions": 30% of repeat instructions with a free head, one
-    # word in ten of a lexicon text one already used in it; held-out heads refused to the colon.
-    "free-heads": {"free_heads": 0.3, "repeated_words": 0.1},
-    # training/README "Soup and colons": free heads, plus 30% of lexicon repeat texts glued from
-    # word pieces (Lexicon.soup), 30% of domain requests shaped "words: text"
-    # (tooldomains.COLON_PHRASINGS, whose heads free heads also avoid), and 8% of conversations a
-    # repeat request beside domain tools, messaging among them half the time.
-    "soup-colons": {"free_heads": 0.3, "repeated_words": 0.1, "soup": 0.3, "colons": 0.3, "repeat_with_tools": 0.08},
-    # training/README "Every token written out": free heads, plus 40% of lexicon repeat texts
-    # glued from whole tokens of a given tokenizer (--tokenizer), the one the model then trains on.
-    "vocab-texts": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4},
-    # The second and third shipped weights' corpus (training/README "Copied values"): vocab-texts,
-    # plus whole characters of other scripts as 20% of the pieces, 35% of names, places and words
-    # in tool arguments glued from the same pieces, and 25% of domain requests inside an opener or
-    # closer (tooldomains.wrap).
-    "copy-values": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
-                    "vocab_values": 0.35, "wrappers": 0.25},
-    # training/README "Wider, in bf16" (not shipped; it lost tool choice): copy-values, plus 30% of
-    # domain targets renamed after a keyword of their domain that the request's phrasing uses
-    # (tooldomains.ToolTasks.renamed), and 10% of repeat texts ending (a third of those also
-    # starting) in a quote or bracket, which `verb: "text"` instructions teach to be a delimiter.
-    "named-overlap": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
-                      "vocab_values": 0.35, "wrappers": 0.25, "named": 0.3, "edge_quotes": 0.1},
-    # training/README "Composed requests": copy-values, plus half of the domain requests composed
-    # from a domain's own words in many sentence shapes (tooldomains.COMPOSED) instead of drawn
-    # from its few listed phrasings.
-    "composed": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
-                 "vocab_values": 0.35, "wrappers": 0.25, "composed": 0.5},
-    # The shipped weights' corpus, drawn with the digits-apart tokenizer (training/README "Composed,
-    # with colons" and "Composed-colons with digits apart"): composed, plus soup-colons' "words:
-    # text" requests (30% of the listed phrasings drawn, so about 15% of requests) and repeat
-    # requests beside domain tools (8% of conversations), for messages shaped like a repeat
-    # instruction.
-    "composed-colons": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
-                        "vocab_values": 0.35, "wrappers": 0.25, "composed": 0.5, "colons": 0.3,
-                        "repeat_with_tools": 0.08},
-    # training/README "Mostly composed": composed-colons with 80% of domain requests composed
-    # instead of half; the colon phrasings keep their share of requests (75% of the 20% listed).
-    "mostly-composed": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
-                        "vocab_values": 0.35, "wrappers": 0.25, "composed": 0.8, "colons": 0.75,
-                        "repeat_with_tools": 0.08},
-    # training/README "Picking the tool": copy-values, plus every domain tool conversation that calls
-    # one of two or more offered tools opening with one or two finished calls to the others
-    # (Gen.earlier_calls).
-    "selections": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
-                   "vocab_values": 0.35, "wrappers": 0.25, "selections": 1.0},
-    # The shipped weights' last fine-tune (training/README "Look-alike tools"): composed-colons,
-    # with half of the domain requests offered beside tools of other domains that take the same
-    # argument types (tooldomains.LOOK_ALIKES: weather beside the clock, music and web search),
-    # so that the request's words and the tools' names choose the tool, not the values' shape.
-    "look-alikes": {"free_heads": 0.3, "repeated_words": 0.1, "vocab_texts": 0.4, "script_chars": 0.2,
-                    "vocab_values": 0.35, "wrappers": 0.25, "composed": 0.5, "colons": 0.3,
-                    "repeat_with_tools": 0.08, "look_alikes": 0.5},
-}
-FEATURES_OFF = {"soup": 0.0, "colons": 0.0, "repeat_with_tools": 0.0, "vocab_texts": 0.0,  # the older recipes'
-                "script_chars": 0.0, "vocab_values": 0.0, "wrappers": 0.0, "named": 0.0, "edge_quotes": 0.0,
-                "composed": 0.0, "selections": 0.0, "look_alikes": 0.0}
-#: The closing marks the "named-overlap" recipe puts at the edges of repeat texts.
-EDGE_QUOTES = ['"', "'", "”", "’", "»", ")", "]", "」"]
-
-
 def vocab_pieces(tokenizer: str) -> list[str]:
     """The decoded string of every ordinary token of a tokenizer.json: no role marker or tag, no
     token that is part of a character (its bytes alone do not decode), no control character."""
@@ -309,12 +181,10 @@ class Gen:
         self.lex = Lexicon(rng, avoid=heldout_words(), repeated_words=self.recipe["repeated_words"])
         # stripped, and without what JSON escapes: pieces of argument values
         self.value_pieces = [p for p in (q.strip() for q in self.pieces) if p and '"' not in p and "\\" not in p]
-        import heldout
-
-        FORBIDDEN_HEADS.update(p.split("{t}")[0].strip().lower() for p in heldout.REPEAT_PHRASES)
+        FORBIDDEN_HEADS.update(p.split("{t}")[0].strip().lower() for p in heldout_pools.REPEAT_PHRASES)
         # a composed request never holds a held-out tool phrasing's words (heldout.check_phrasings
         # samples the generator to confirm it)
-        held_out_tools = [tooldomains.loose(p) for _, ps in heldout.TOOLS.values() for p in ps]
+        held_out_tools = [tooldomains.loose(p) for _, ps in heldout_pools.TOOLS.values() for p in ps]
         self.tools = ToolTasks(self.lex, self.vocab_value, self.recipe["vocab_values"], self.recipe["wrappers"],
                                self.recipe["named"], self.recipe["composed"], held_out_tools,
                                self.recipe["look_alikes"])
