@@ -65,22 +65,6 @@ class Spec:
     def rule(self, rule_id: str) -> Rule:
         return self.by_id[rule_id]
 
-    def select(self, *, prefix: str | None = None, profile: str | None = None, endpoint: str | None = None,
-               topic: str | None = None) -> list[Rule]:
-        """Rules matching every given filter; a prefix matches whole dotted segments."""
-        out = []
-        for r in self.rules:
-            if prefix and not (r.id == prefix or r.id.startswith(prefix.rstrip(".") + ".")):
-                continue
-            if profile and profile not in r.profiles:
-                continue
-            if endpoint and endpoint not in r.endpoints:
-                continue
-            if topic and r.topic != topic:
-                continue
-            out.append(r)
-        return out
-
     def checks_for(self, endpoint: str) -> list[CompiledCheck]:
         return [c for c in self.compiled if c.applies_to(endpoint)]
 
@@ -208,7 +192,7 @@ def _vector(rule: Rule, v: dict[str, Any]) -> Vector:
     return Vector(rule_id=rule.id, name=v["name"], endpoint=endpoint, expect=v["expect"], request=v.get("request"),
                   method=v.get("method", "POST"), path=v.get("path", ""), headers=v.get("headers", {}),
                   raw_body=raw_body, server=v.get("server", {}), invalid=v.get("invalid", False),
-                  note=v.get("note", ""), replace=v.get("replace_request", False), contract=v.get("contract"))
+                  replace=v.get("replace_request", False), contract=v.get("contract"))
 
 
 def load_spec(root: Path | str | None = None, *, strict: bool = True) -> Spec:

@@ -5,8 +5,6 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-LEVELS = ("MUST", "SHOULD", "MAY", "INFO")
-
 
 @dataclass(frozen=True)
 class ErrorCode:
@@ -32,9 +30,6 @@ class Family:
     id: str
     title: str
     row: dict[str, Any]
-
-    def capability(self, name: str) -> Any:
-        return self.row.get(name)
 
 
 @dataclass(frozen=True)
@@ -64,7 +59,6 @@ class Vector:
     server: dict[str, Any] = field(default_factory=dict)
     invalid: bool = False
     generated: bool = False
-    note: str = ""
     line: int | None = None
     replace: bool = False
     #: None: the rule's official contract and strict alike; "strict": this project's only

@@ -126,8 +126,7 @@ def _generate(spec: Any, rule: Any, problems: list[tuple[Any, str]]) -> list[Vec
                 if body.get("model") == DEFAULT_SETTINGS["model_id"] and ep.minimal_request.get("model") == MODEL:
                     body["model"] = MODEL  # the served model, whichever the target serves
                 out.append(Vector(rule_id=rule.id, name=name, endpoint=endpoint, expect=expect, request=body,
-                                  generated=True, invalid=not passes, replace=True, contract=contract,
-                                  note=f"boundary of check {chk.kind} on {chk.field}"))
+                                  generated=True, invalid=not passes, replace=True, contract=contract))
     return out
 
 
