@@ -161,7 +161,7 @@ def run_vector(spec: Any, rule: Any, vector: Vector, target: Any, strict: bool =
         p.headers = {k: v.replace(vector.server["api_key"], str(key)) for k, v in p.headers.items()}
     try:
         if "metrics_unchanged" in expect.get("checks", []):
-            before["counters"] = counters(target)
+            before["counters"] = counters(target, spec.metrics)
         ex = target.send(p.method, p.path, p.raw, p.headers, **({"default_auth": False} if auth_vector else {}))
     except TransportError as e:
         return Result("ERROR", e.exchange, reason=f"transport: {e}")

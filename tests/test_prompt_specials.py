@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from colibri.server.anthropic_api import to_chat_input
-from colibri.server.prompt import from_openai_chat
+from colibri.server.openai_api import from_openai_chat
 from colibri.server.service import Service, Settings
 
 

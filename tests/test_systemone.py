@@ -14,8 +14,9 @@ from falcon import testing
 
 from colibri.model import Model
 from colibri.server.app import create_app
+from colibri.server.labels import Labels
 from colibri.server.service import Service, Settings
-from colibri.server.systemone import Labels, Question, answer, prompt_text
+from colibri.server.systemone import Question, answer, prompt_text
 
 HOST = {"Host": "localhost"}
 
@@ -137,7 +138,7 @@ def test_s1_prefix_reused_for_what_questions_of_one_type_share(client):
     """In the shared-first layout the closing line and option lines of questions with the
     same type and options come before their own instructions: the scheduler computes that
     block once, as it does the state, and each answer stays what the question gets alone."""
-    from colibri.server.prompt import ChatInput
+    from colibri.server.request import ChatInput
     from colibri.server.scoring import common_head
     from colibri.server.systemone import parse_questions, prompt_text
 
@@ -197,7 +198,7 @@ def test_transformers_layout_is_what_the_server_reads_when_set(client):
     """With `--systemone-prompt transformers` the server reads transformers serve's prompts:
     the usage counts exactly their tokens (bench/peers/systemone_agreement.py compares the
     probabilities with transformers serve itself)."""
-    from colibri.server.prompt import ChatInput
+    from colibri.server.request import ChatInput
     from colibri.server.systemone import parse_questions, prompt_text
 
     svc = Service(Settings(kv_slots=1, systemone_prompt="transformers"), model=client[0].model)

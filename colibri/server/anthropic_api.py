@@ -1,6 +1,7 @@
 """/v1/messages: Anthropic Messages on the same engine. The body is validated by the
-Anthropic rules of spec/, translated to the common ChatInput, rendered by the family, and
-answered with Anthropic's message object or its named-event stream."""
+Anthropic rules of spec/, translated into a GenerationRequest (`message_request`, its
+conversation the common ChatInput), started by the Service, and answered with Anthropic's
+message object or its named-event stream."""
 from __future__ import annotations
 
 import json
@@ -8,12 +9,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from .body import read_body
 from .disconnect import detector
 from .generation import Generation, Outcome
-from .openai_api import _Endpoint, dumps
-from .prompt import ChatInput
-from .slots import conversation_digest, conversation_slot
+from .request import ChatInput, GenerationRequest, Output, sampling_of
+from .responder import Resource, dumps
 
 SIGNATURE = "colibri-local"
 
@@ -61,6 +60,13 @@ def to_chat_input(body: dict[str, Any]) -> ChatInput:
     return ChatInput(msgs, tools, mapped, thinking)
 
 
+def message_request(body: dict[str, Any]) -> GenerationRequest:
+    """A validated Messages body as the typed request."""
+    return GenerationRequest(chat=to_chat_input(body), param="messages", slot=body.get("cache_slot"),
+                             sampling=sampling_of(body, body.get("max_tokens"), tuple(body.get("stop_sequences") or [])),
+                             output=Output(stream=bool(body.get("stream"))))
+
+
 def stop_reason(o: Outcome) -> str:
     if o.tool_calls:
         return "tool_use"
@@ -78,21 +84,17 @@ def event(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\n".encode() + b"data: " + dumps(dict(data, type=name)) + b"\n\n"
 
 
-class MessagesResource(_Endpoint):
-    envelope = "anthropic"
+class MessagesResource(Resource):
+    endpoint = "messages"
 
     def on_post(self, req: Any, resp: Any) -> None:
-        body = read_body(req)
-        self.svc.validate("messages", body)
-        chat = to_chat_input(body)
-        rendered, ids = self.svc.render(chat, context_param="messages")
-        max_new = self.svc.budget(ids, body.get("max_tokens"), "messages")
-        prefer = conversation_slot(chat.messages, self.svc.settings.kv_slots)  # ops.slot.choice
-        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer,
-                             reuse_key=conversation_digest(chat.messages))
-        gen = self.svc.generation(task, stops=list(body.get("stop_sequences") or []), ignore_leading=False,
-                                  thinking=rendered.thinking, tools=rendered.tools_offered, client_gone=detector(req.env))
-        mid, model, thinking = f"msg_{uuid.uuid4().hex[:24]}", self.svc.settings.model_id, rendered.thinking
+        request = message_request(self.parse(req))
+        gen = self.svc.start(request, req.context.turn, detector(req.env))
+        self.respond(resp, gen, request.output.stream, *self.formats(gen))
+
+    def formats(self, gen: Generation) -> tuple[Any, Any]:
+        """The message object and the named-event stream of a started generation."""
+        mid, model, thinking = f"msg_{uuid.uuid4().hex[:24]}", self.svc.settings.model_id, gen.spec.thinking
 
         def unary(o: Outcome) -> dict[str, Any]:
             content: list[dict[str, Any]] = []
@@ -158,4 +160,4 @@ class MessagesResource(_Endpoint):
                                           "usage": {"output_tokens": o.completion_tokens}})
             yield event("message_stop", {})
 
-        self._respond(resp, gen, bool(body.get("stream")), unary, chunks)
+        return unary, chunks

@@ -17,8 +17,9 @@ from ..paths import data_dir
 from ..spec.vectors import LONG_PROMPT_PLACEHOLDER, expand_model, request_for
 from .anthropic_api import MessagesResource
 from .errors import ApiError, envelope_for, error
-from .openai_api import ChatResource, CompletionsResource, RenderResource, dumps
+from .openai_api import ChatResource, CompletionsResource, RenderResource
 from .profile import arrived
+from .responder import dumps
 from .responses_api import ResponseResource, ResponsesResource
 from .service import Service, Settings
 from .systemone import SystemOneResource

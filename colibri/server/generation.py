@@ -20,6 +20,8 @@ from .scheduler import Scheduler
 from .task import Accepted, ClientGone, Done, Event, Failed, Scored, Task, TokenRecord
 from .text_stream import ContentShaper, Piece, ReasoningSplitter, StopFilter, Utf8Assembler
 
+CLIENT_POLL = 0.25  # seconds between two looks at the client's socket while its answer is made
+
 
 @dataclass
 class Delta:
@@ -82,6 +84,7 @@ class Generation:
         self.reasoning: list[Piece] = []
         self.accepted: Accepted | None = None
         self.outcome: Outcome | None = None
+        self.created = now()  # the answer's `created`: when the request was turned into work
 
     # ------------------------------------------------------------------ event flow
 
@@ -180,10 +183,10 @@ class Generation:
         if self.accepted is None:
             self.start()
         checked = time.monotonic()
-        for d in self.deltas(poll=0.25):
+        for d in self.deltas(poll=CLIENT_POLL):
             if d is not None and on_delta is not None:
                 on_delta(d)
-            if time.monotonic() - checked >= 0.25:
+            if time.monotonic() - checked >= CLIENT_POLL:
                 checked = time.monotonic()
                 if self.client_gone():
                     self.cancel()

@@ -1,43 +1,86 @@
-"""/v1/chat/completions, /v1/completions and /v1/render: validated by the compiled tables,
-answered as JSON or as server-sent events (the 200 is committed only once the engine has
-accepted the prompt)."""
+"""/v1/chat/completions, /v1/completions and /v1/render: each body translated into a
+GenerationRequest (`chat_request`, `completion_request`), started by the Service, and
+answered as JSON or as server-sent events through the shared responder."""
 from __future__ import annotations
 
 import json
-import logging
 import math
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from .body import read_body
+from ..spec.paths import text_of
 from .disconnect import detector
-from .errors import ApiError, error
-from .generation import Generation, LogprobEntry, Outcome, now
-from .prompt import from_openai_chat
-from .service import Service
-from .slots import conversation_digest, conversation_slot
-
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-log = logging.getLogger("colibri.server")
+from .generation import Generation, LogprobEntry, Outcome
+from .request import ChatInput, GenerationRequest, Output, parse_arguments, sampling_of
+from .responder import Resource, dumps, sse
 
 
 def _num(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
-def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+def thinking_requested(body: dict[str, Any]) -> bool:
+    """enable_thinking, then zai-style thinking.type, then reasoning_effort (spec: reasoning)."""
+    if isinstance(body.get("enable_thinking"), bool):
+        return bool(body["enable_thinking"])
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled"):
+        return bool(thinking["type"] == "enabled")
+    effort = body.get("reasoning_effort")
+    return effort is not None and effort != "none"
 
 
-def sse(obj: Any) -> bytes:
-    return b"data: " + dumps(obj) + b"\n\n"
+def from_openai_chat(body: dict[str, Any]) -> ChatInput:
+    msgs = []
+    for m in body["messages"]:
+        out: dict[str, Any] = {"role": "system" if m["role"] == "developer" else m["role"],
+                               "content": text_of(m.get("content")) or ""}
+        if m.get("tool_calls"):
+            out["tool_calls"] = [{"id": c.get("id"), "type": "function",
+                                  "function": {"name": c["function"]["name"],
+                                               "arguments": parse_arguments(c["function"].get("arguments"))}}
+                                 for c in m["tool_calls"]]
+        if isinstance(m.get("reasoning_content"), str):
+            out["reasoning_content"] = m["reasoning_content"]
+        if m.get("tool_call_id") is not None:
+            out["tool_call_id"] = m["tool_call_id"]
+        msgs.append(out)
+    tools = [t["function"] for t in body.get("tools") or []]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        choice = {"name": choice["function"]["name"]}
+    return ChatInput(msgs, tools, choice, thinking_requested(body), bool(body.get("preserve_thinking")))
 
 
-def stops_of(body: dict[str, Any]) -> list[str]:
+def stops_of(body: dict[str, Any]) -> tuple[str, ...]:
     stop = body.get("stop")
-    return [stop] if isinstance(stop, str) else list(stop or [])
+    return (stop,) if isinstance(stop, str) else tuple(stop or [])
+
+
+def chat_request(body: dict[str, Any]) -> GenerationRequest:
+    """A validated chat completions body as the typed request."""
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    return GenerationRequest(
+        chat=from_openai_chat(body), param="messages", slot=body.get("cache_slot"),
+        sampling=sampling_of(body, body.get("max_completion_tokens") or body.get("max_tokens"), stops_of(body),
+                             bool(body.get("x_colibri_ignore_leading_stop"))),
+        output=Output(stream=bool(body.get("stream")), include_usage=include_usage,
+                      logprobs=(body.get("top_logprobs") or 0) if body.get("logprobs") else -1,
+                      strict_tools=bool(body.get("strict_tool_calls"))))
+
+
+def completion_request(body: dict[str, Any]) -> GenerationRequest:
+    """A validated legacy completions body as the typed request: its prompt is text, as it is."""
+    lp = body.get("logprobs")
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    return GenerationRequest(
+        text=body["prompt"], param="prompt", slot=body.get("cache_slot"),
+        sampling=sampling_of(body, body.get("max_tokens"), stops_of(body),
+                             bool(body.get("x_colibri_ignore_leading_stop"))),
+        output=Output(stream=bool(body.get("stream")), include_usage=include_usage, raw_text=True,
+                      logprobs=lp if isinstance(lp, int) and not isinstance(lp, bool) and lp > 0 else -1,
+                      echo=bool(body.get("echo"))))
 
 
 def tool_calls_json(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -85,76 +128,18 @@ class ChunkWriter:
         yield b"data: [DONE]\n\n"
 
 
-class _Endpoint:
-    def __init__(self, service: Service):
-        self.svc = service
+class ChatResource(Resource):
+    endpoint = "chat"
 
-    #: How a stream that fails after its 200 says so (rule stream.error-after-commit).
-    envelope = "openai"
-
-    def _respond(self, resp: Any, gen: Generation, stream: bool, unary: Any, chunks: Any) -> None:
-        gen.task.turn.stream = stream
-        accepted = gen.start()
-        resp.set_header("x-colibri-queue-wait-ms", str(int(round(accepted.queue_wait * 1000))))
-        if stream:
-            resp.content_type = "text/event-stream"
-            for k, v in SSE_HEADERS.items():
-                resp.set_header(k, v)
-            resp.stream = _guarded(gen, chunks(gen), self.envelope)
-        else:
-            try:
-                outcome = gen.run()
-                t0 = time.perf_counter()
-                resp.data = dumps(unary(outcome))
-                gen.task.turn.text += time.perf_counter() - t0
-            finally:  # the server writes a JSON body after we return: no write time is measured
-                gen.record()
-            resp.content_type = "application/json"
-
-
-def _guarded(gen: Generation, it: Iterator[bytes], envelope: str = "openai") -> Iterator[bytes]:
-    """Cancel the request when the client stops reading (the WSGI server closes the iterator);
-    end a stream whose generation fails after the 200 with an error event in the endpoint's
-    format instead of cutting it off (rule stream.error-after-commit)."""
-    finished = False
-    turn = gen.task.turn
-    try:
-        for chunk in it:
-            t0 = time.perf_counter()
-            yield chunk  # the WSGI server writes it before asking for the next
-            turn.write += time.perf_counter() - t0
-        finished = True
-    except Exception as exc:  # noqa: BLE001 - the status is sent; only an event can still tell
-        err = exc if isinstance(exc, ApiError) else error("engine_error")
-        if not isinstance(exc, ApiError):
-            log.exception("stream failed after its 200 (%s)", gen.task.request_id or "-")
-        if envelope == "anthropic":
-            yield b"event: error\ndata: " + dumps(err.to_anthropic()) + b"\n\n"
-        else:
-            yield b"data: " + dumps(err.to_openai()) + b"\n\n"
-        finished = True
-    finally:
-        if not finished:
-            gen.cancel()
-        gen.record()
-
-
-class ChatResource(_Endpoint):
     def on_post(self, req: Any, resp: Any) -> None:
-        body = read_body(req)
-        self.svc.validate("chat", body)
-        rendered, ids = self.svc.render(from_openai_chat(body), context_param="messages")
-        requested = body.get("max_completion_tokens") or body.get("max_tokens")
-        max_new = self.svc.budget(ids, requested, "messages")
-        prefer = conversation_slot(body["messages"], self.svc.settings.kv_slots)  # ops.slot.choice
-        k = (body.get("top_logprobs") or 0) if body.get("logprobs") else -1
-        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=body.get("cache_slot"), prefer=prefer,
-                             logprobs_k=k, reuse_key=conversation_digest(body["messages"]))
-        gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
-                                  thinking=rendered.thinking, tools=rendered.tools_offered,
-                                  strict_tools=bool(body.get("strict_tool_calls")), client_gone=detector(req.env))
-        cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", now(), self.svc.settings.model_id
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        request = chat_request(self.parse(req))
+        gen = self.svc.start(request, req.context.turn, detector(req.env))
+        self.respond(resp, gen, request.output.stream, *self.formats(gen, request))
+
+    def formats(self, gen: Generation, request: GenerationRequest) -> tuple[Any, Any]:
+        """The chat.completion object and the chunk stream of a started generation."""
+        cid, created, model = f"chatcmpl-{uuid.uuid4().hex}", gen.created, self.svc.settings.model_id
+        k = request.output.logprobs
 
         def unary(o: Outcome) -> dict[str, Any]:
             msg: dict[str, Any] = {"role": "assistant", "content": o.content, "refusal": None}
@@ -168,7 +153,7 @@ class ChatResource(_Endpoint):
                                  "logprobs": chat_logprobs(gen.content_logprobs()) if k >= 0 else None,
                                  "finish_reason": o.finish_reason}], "usage": usage(o)}
 
-        w = ChunkWriter(cid, "chat.completion.chunk", created, model, include_usage)
+        w = ChunkWriter(cid, "chat.completion.chunk", created, model, request.output.include_usage)
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
             return w.choice({"delta": delta}, finish)
@@ -187,31 +172,27 @@ class ChatResource(_Endpoint):
             yield chunk({}, o.finish_reason)
             yield from w.tail(o)
 
-        self._respond(resp, gen, bool(body.get("stream")), unary, chunks)
+        return unary, chunks
 
 
-class CompletionsResource(_Endpoint):
+class CompletionsResource(Resource):
+    endpoint = "completions"
+
     def on_post(self, req: Any, resp: Any) -> None:
-        body = read_body(req)
-        self.svc.validate("completions", body)
-        prompt = body["prompt"]
-        self.svc.refuse_if_too_long(len(prompt), "prompt")
-        ids = self.svc.model.encode(prompt)
-        max_new = self.svc.budget(ids, body.get("max_tokens"), "prompt")
-        lp = body.get("logprobs")
-        k = lp if isinstance(lp, int) and not isinstance(lp, bool) and lp > 0 else -1
-        echo = bool(body.get("echo"))
-        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=body.get("cache_slot"), logprobs_k=k, echo=echo)
-        gen = self.svc.generation(task, stops=stops_of(body), ignore_leading=bool(body.get("x_colibri_ignore_leading_stop")),
-                                  thinking=False, tools=[], strip=False, client_gone=detector(req.env))
-        cid, created, model = f"cmpl-{uuid.uuid4().hex}", now(), self.svc.settings.model_id
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        request = completion_request(self.parse(req))
+        gen = self.svc.start(request, req.context.turn, detector(req.env))
+        self.respond(resp, gen, request.output.stream, *self.formats(gen, request))
+
+    def formats(self, gen: Generation, request: GenerationRequest) -> tuple[Any, Any]:
+        """The text_completion object and the chunk stream of a started generation."""
+        cid, created, model = f"cmpl-{uuid.uuid4().hex}", gen.created, self.svc.settings.model_id
+        k, prompt = request.output.logprobs, request.text or ""
 
         def unary(o: Outcome) -> dict[str, Any]:
             text, logprobs = o.content, None
             if k > 0:
                 entries = gen.content_logprobs()
-                if echo:
+                if request.output.echo:
                     head = gen.echo_logprobs()
                     shift = sum(len(e.token) for e in head)
                     for e in entries:
@@ -223,7 +204,7 @@ class CompletionsResource(_Endpoint):
                     "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": o.finish_reason}],
                     "usage": usage(o)}
 
-        w = ChunkWriter(cid, "text_completion", created, model, include_usage)
+        w = ChunkWriter(cid, "text_completion", created, model, request.output.include_usage)
 
         def chunk(text: str, finish: str | None = None) -> bytes:
             return w.choice({"text": text}, finish)
@@ -239,19 +220,16 @@ class CompletionsResource(_Endpoint):
             yield chunk("", o.finish_reason)
             yield from w.tail(o)
 
-        self._respond(resp, gen, bool(body.get("stream")), unary, chunks)
+        return unary, chunks
 
 
-class RenderResource:
+class RenderResource(Resource):
     """colibri extension: the prompt a chat request would be given, without generating."""
 
-    def __init__(self, service: Service):
-        self.svc = service
+    endpoint = "render"
 
     def on_post(self, req: Any, resp: Any) -> None:
-        body = read_body(req)
-        self.svc.validate("render", body)
-        rendered, ids = self.svc.render(from_openai_chat(body))
+        rendered, ids = self.svc.render(from_openai_chat(self.parse(req)))
         resp.data = dumps({"object": "render", "family": self.svc.settings.family, "prompt": rendered.text,
                            "tokens": ids,
                            "control_tokens": [i for i, t in enumerate(ids) if t in self.svc.model.special_ids],

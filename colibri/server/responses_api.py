@@ -14,15 +14,13 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from .body import read_body
 from .disconnect import detector
 from .errors import ApiError, error
-from .generation import Delta, Generation, Outcome, now
-from .openai_api import SSE_HEADERS, _guarded, dumps
-from .prompt import ChatInput, _arguments
+from .generation import Delta, Generation, Outcome
 from .reasoning_seal import open_seal, seal
+from .request import ChatInput, GenerationRequest, Output, parse_arguments, sampling_of
+from .responder import Resource, dumps
 from .service import Service
-from .slots import conversation_digest, conversation_slot
 
 log = logging.getLogger("colibri.server")
 TERMINAL = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
@@ -67,7 +65,7 @@ def to_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             msgs.append({"role": "system" if it["role"] == "developer" else it["role"], "content": _text(it["content"])})
         elif kind == "function_call":
             call = {"id": it["call_id"], "type": "function",
-                    "function": {"name": it["name"], "arguments": _arguments(it.get("arguments"))}}
+                    "function": {"name": it["name"], "arguments": parse_arguments(it.get("arguments"))}}
             if prev in ("assistant", "function_call") and not reasoning:
                 msgs[-1].setdefault("tool_calls", []).append(call)
             else:
@@ -102,6 +100,15 @@ def chat_input(body: dict[str, Any], context: list[dict[str, Any]]) -> ChatInput
         choice = {"name": choice["name"]}
     effort = (body.get("reasoning") or {}).get("effort")
     return ChatInput(msgs, tools, choice, effort is not None and effort != "none")
+
+
+def response_request(body: dict[str, Any], items: list[dict[str, Any]], history: list[int]) -> GenerationRequest:
+    """A validated Responses body as the typed request: `items` are its input after the
+    parent's context, `history` the tokens the parent's slot holds. A trailing assistant
+    item is history here, never a turn to continue."""
+    return GenerationRequest(chat=chat_input(body, items), param="input", continuation=False, history=tuple(history),
+                             sampling=sampling_of(body, body.get("max_output_tokens")),
+                             output=Output(stream=bool(body.get("stream"))))
 
 
 class OutputItems:
@@ -195,33 +202,15 @@ class OutputItems:
         return out
 
 
-class ResponsesResource:
-    def __init__(self, service: Service):
-        self.svc = service
+class ResponsesResource(Resource):
+    endpoint = "responses"
 
     def on_post(self, req: Any, resp: Any) -> None:
-        body = read_body(req)
-        self.svc.validate("responses", body)
-        parent_id = body.get("previous_response_id")
-        inherited: list[dict[str, Any]] = []
-        history: list[int] = []
-        if parent_id is not None:
-            parent = self.svc.responses.get(parent_id)
-            if parent is None:  # depends on the store, so not a table check (rule resp.previous.unknown)
-                raise error("previous_response_not_found", f"Previous response with id '{parent_id}' not found.",
-                            param="previous_response_id", rule_id="resp.previous.unknown")
-            inherited, history = parent.context, parent.tokens
-        items = inherited + input_items(body)
-        chat = chat_input(body, items)
-        # A trailing assistant item is history here, never a turn to continue.
-        rendered, ids = self.svc.render(chat, continuation=False, history=history, context_param="input")
-        max_new = self.svc.budget(ids, body.get("max_output_tokens"), "input")
-        prefer = conversation_slot(chat.messages, self.svc.settings.kv_slots)  # ops.slot.choice
-        task = self.svc.task(ids, body, turn=req.context.turn, max_new=max_new, slot=None, prefer=prefer,
-                             reuse_key=conversation_digest(chat.messages))
-        gen = self.svc.generation(task, stops=[], ignore_leading=False, thinking=rendered.thinking,
-                                  tools=rendered.tools_offered, client_gone=detector(req.env))
-        shell = self._shell(body, max_new)
+        body = self.parse(req)
+        items, history = self._context(body)
+        request = response_request(body, items, history)
+        gen = self.svc.start(request, req.context.turn, detector(req.env))
+        shell = self._shell(body, gen)
         fold = OutputItems(sealed="reasoning.encrypted_content" in (body.get("include") or ()))
         store = body.get("store") is not False
 
@@ -232,33 +221,33 @@ class ResponsesResource:
             if o.finish_reason == "length":
                 out["incomplete_details"] = {"reason": "max_output_tokens"}
             if store:
-                self.svc.responses.put(out, items + fold.items, ids + [rec.token for rec, _, _ in gen.records])
+                self.svc.responses.put(out, items + fold.items, gen.task.prompt + [rec.token for rec, _, _ in gen.records])
             return out
 
-        gen.task.turn.stream = bool(body.get("stream"))
-        accepted = gen.start()
-        resp.set_header("x-colibri-queue-wait-ms", str(int(round(accepted.queue_wait * 1000))))
-        if not body.get("stream"):
-            try:
-                resp.data = dumps(finished(gen.run(fold.feed)))
-            finally:
-                gen.record()
-            resp.content_type = "application/json"
-            return
-        resp.content_type = "text/event-stream"
-        for k, v in SSE_HEADERS.items():
-            resp.set_header(k, v)
-        resp.stream = _guarded(gen, self._events(gen, shell, fold, finished))
+        self.respond(resp, gen, request.output.stream, finished, lambda g: self._events(g, shell, fold, finished),
+                     on_delta=fold.feed)
 
-    def _shell(self, body: dict[str, Any], max_new: int) -> dict[str, Any]:
+    def _context(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
+        """The input items after the stored context of previous_response_id, and the tokens the
+        parent's slot holds (none without a parent)."""
+        parent_id = body.get("previous_response_id")
+        if parent_id is None:
+            return input_items(body), []
+        parent = self.svc.responses.get(parent_id)
+        if parent is None:  # depends on the store, so not a table check (rule resp.previous.unknown)
+            raise error("previous_response_not_found", f"Previous response with id '{parent_id}' not found.",
+                        param="previous_response_id", rule_id="resp.previous.unknown")
+        return parent.context + input_items(body), parent.tokens
+
+    def _shell(self, body: dict[str, Any], gen: Generation) -> dict[str, Any]:
         """The response object before any output: what the request set, echoed. A request
         without max_output_tokens still has a cap (--max-tokens, or the room the context
         leaves): the response names it (rule resp.max_output_tokens.effective), so an answer
         cut there is not "incomplete" under a null limit."""
         reasoning = body.get("reasoning") or {}
-        return {"id": _id("resp"), "object": "response", "created_at": now(),
+        return {"id": _id("resp"), "object": "response", "created_at": gen.created,
                 "status": "in_progress", "background": False, "error": None, "incomplete_details": None,
-                "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens") or max_new,
+                "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens") or gen.task.max_new,
                 "metadata": body.get("metadata") or {}, "model": self.svc.settings.model_id, "output": [],
                 "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
                 "previous_response_id": body.get("previous_response_id"),

@@ -3,6 +3,7 @@ family, the scheduler. `create_app` builds one Service and hands it to the resou
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
 from typing import Any
@@ -13,15 +14,17 @@ from ..settings import PROMPT_LAYOUTS, Settings
 from ..spec import RequestValidator, Spec, load_spec
 from ..tool_decoding import SLOTS, TokenIndex, ToolDecoder
 from .errors import error
-from .generation import Generation
+from .generation import CLIENT_POLL, Generation, scores
 from .generation import Spec as GenSpec
+from .labels import Labels
 from .metrics import Metrics
 from .profile import Turn
-from .prompt import ChatInput, LiteralSpecials, Rendered, render_chat
+from .prompt import LiteralSpecials, Rendered, render_chat
+from .request import ChatInput, GenerationRequest
 from .response_store import ResponseStore
 from .scheduler import Scheduler
-from .systemone import Labels
-from .task import Task
+from .slots import conversation_digest, conversation_slot
+from .task import Scored, Task
 
 
 class Service:
@@ -68,11 +71,6 @@ class Service:
         self.scheduler.close()
         if self.kv_store is not None:
             self.kv_store.close()
-
-    def validate(self, endpoint: str, body: dict[str, Any]) -> None:
-        failure = self.validators[endpoint].first_failure(body)
-        if failure is not None:
-            raise error(failure.code, failure.message, param=failure.param, rule_id=failure.rule_id)
 
     def render(self, chat: ChatInput, *, continuation: bool = True, history: list[int] | None = None,
                context_param: str | None = None) -> tuple[Rendered, list[int]]:
@@ -162,26 +160,53 @@ class Service:
                         "shorten it.", param=param)
         return max(1, min(requested or self.settings.max_tokens, self.settings.max_tokens, n_ctx - len(prompt)))
 
-    def generation(self, task: Task, *, stops: list[str], ignore_leading: bool, thinking: bool,
-                   tools: list[dict[str, Any]], strict_tools: bool = False, strip: bool = True,
-                   client_gone: Any = None) -> Generation:
-        spec = GenSpec(stops=stops, ignore_leading=ignore_leading, thinking=thinking, tools=tools,
-                       tool_format=self.family["tool_format"], strict_tools=strict_tools,
-                       keepalive=self.settings.keepalive_seconds, strip=strip)
+    def start(self, request: GenerationRequest, turn: Turn | None = None, client_gone: Any = None) -> Generation:
+        """The one way into the engine for a generation: render the conversation (or take the
+        text as it is), budget the answer, pick the slot and start. Returns once the engine
+        has accepted the prompt; every refusal (template, context, queue) raises before."""
+        turn = turn or Turn()
+        prefer: int | None = None
+        reuse_key: bytes | None = None
+        if request.chat is not None:
+            rendered, ids = self.render(request.chat, continuation=request.continuation,
+                                        history=list(request.history), context_param=request.param)
+            thinking, tools = rendered.thinking, rendered.tools_offered
+            # its conversation, by the translated messages whatever the API (ops.slot.choice)
+            prefer = conversation_slot(request.chat.messages, self.settings.kv_slots)
+            reuse_key = conversation_digest(request.chat.messages)
+        else:
+            text = request.text or ""
+            self.refuse_if_too_long(len(text), request.param)
+            ids, thinking, tools = self.model.encode(text), False, []
+        sampling, output = request.sampling, request.output
+        task = Task(prompt=ids, max_new=self.budget(ids, sampling.max_tokens, request.param),
+                    end_tokens=self.end_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
+                    seed=sampling.seed, top_k_logprobs=output.logprobs, echo=output.echo, slot=request.slot,
+                    prefer=prefer, request_id=turn.request_id, turn=turn, reuse_key=reuse_key)
+        spec = GenSpec(stops=list(sampling.stops), ignore_leading=sampling.ignore_leading_stop, thinking=thinking,
+                       tools=tools, tool_format=self.family["tool_format"], strict_tools=output.strict_tools,
+                       keepalive=self.settings.keepalive_seconds, strip=not output.raw_text)
         if tools and self.settings.offered_tool_names and spec.tool_format in SLOTS:
             task.decoder = ToolDecoder(self.token_index, spec.tool_format, tools)
-        return Generation(self.scheduler, task, self.model.token_bytes, spec, client_gone)
+        gen = Generation(self.scheduler, task, self.model.token_bytes, spec, client_gone)
+        turn.stream = output.stream
+        gen.start()
+        return gen
 
-    def task(self, prompt: list[int], body: dict[str, Any], *, max_new: int, slot: int | None,
-             prefer: int | None = None, logprobs_k: int = -1, echo: bool = False, turn: Turn | None = None,
-             reuse_key: bytes | None = None) -> Task:
-        """The engine's task for a rendered prompt; `turn` is the request's profile record
-        (made by the RequestId middleware when it arrived); `reuse_key` its conversation
-        (scheduler.conversation_digest), None for a request that belongs to none."""
-        temperature = body.get("temperature")
-        top_p = body.get("top_p")
-        return Task(prompt=prompt, max_new=max_new, end_tokens=self.end_tokens,
-                    temperature=1.0 if temperature is None else float(temperature),
-                    top_p=1.0 if top_p is None else float(top_p), seed=body.get("seed"),
-                    top_k_logprobs=logprobs_k, echo=echo, slot=slot, prefer=prefer,
-                    request_id=turn.request_id if turn else "", turn=turn or Turn(), reuse_key=reuse_key)
+    def score(self, scoring: list[tuple[list[int], list[int]]], answer: Callable[[Scored], bytes], *,
+              reuse_key: bytes | None, turn: Turn, client_gone: Any = None) -> bytes | None:
+        """Score /v1/systemone prompts ((prompt, label ids) pairs, rendered and within budget)
+        and return `answer` of their label logits; None when the client hung up meanwhile."""
+        task = Task(prompt=scoring[0][0], max_new=0, end_tokens=frozenset(), scoring=scoring, reuse_key=reuse_key,
+                    request_id=turn.request_id, client_gone=client_gone, turn=turn)
+        try:
+            got = scores(self.scheduler, task, CLIENT_POLL)
+            if got is None:
+                return None
+            t0 = time.perf_counter()
+            data = answer(got)
+            turn.text += time.perf_counter() - t0  # the answers and their JSON (the profile's text phase)
+            return data
+        finally:
+            if task.assigned >= 0:  # an admitted request's turn goes to the profile ring
+                self.scheduler.profiles.add(turn)

@@ -30,25 +30,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import string
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .body import read_body
 from .disconnect import detector
 from .errors import error
-from .generation import scores
-from .prompt import ChatInput
-from .task import Task
+from .labels import LETTERS, NOUL_LABELS
+from .request import ChatInput
+from .responder import Resource
+from .task import Scored
 
-LETTERS = list(string.ascii_uppercase)
-NOUL_LABELS = [("Yes", "No"), ("yes", "no"), ("Y", "N")]
 NOUL_OPTIONS = ["true", "false"]
-CLIENT_POLL = 0.25  # seconds between two looks at the client's socket while its questions are scored
 
 
 @dataclass
@@ -67,36 +62,6 @@ def _text(x: Any) -> str:
     if x is None:
         return ""
     return x if isinstance(x, str) else json.dumps(x, ensure_ascii=False)
-
-
-class Labels:
-    """Which label tokens the served model offers, decided once at start-up."""
-
-    def __init__(self, model: Any):
-        def single(label: str) -> int | None:
-            ids = model.encode(label)
-            return ids[0] if len(ids) == 1 else None
-
-        self.letters: list[int | None] = [single(c) for c in LETTERS]
-        self.noul: tuple[list[str], list[int]] | None = None
-        for pair in NOUL_LABELS:
-            ids = [single(x) for x in pair]
-            if None not in ids and len(set(ids)) == 2:
-                self.noul = (list(pair), [i for i in ids if i is not None])
-                break
-
-    def letters_for(self, k: int) -> list[int] | None:
-        ids = self.letters[:k]
-        return None if None in ids or len(set(ids)) != k else [i for i in ids if i is not None]
-
-    def report(self) -> dict[str, Any]:
-        """For /health: the labels each question type uses and whether they are single tokens."""
-        usable = 0
-        while usable < len(LETTERS) and self.letters_for(usable + 1) is not None:
-            usable += 1
-        return {"choice": {"labels": f"A..{LETTERS[usable - 1]}" if usable else None, "max_options": usable},
-                "score": {"labels": f"A..{LETTERS[usable - 1]}" if usable else None, "max_levels": usable},
-                "noul": {"labels": self.noul[0] if self.noul else None, "available": self.noul is not None}}
 
 
 def parse_questions(body: dict[str, Any]) -> list[Question]:
@@ -206,32 +171,29 @@ def scoring_prompts(svc: Any, state: Any, questions: list[Question]) -> list[tup
     return scoring
 
 
-class SystemOneResource:
-    def __init__(self, service: Any):
-        self.svc = service
+class SystemOneResource(Resource):
+    """Parse → translate (the questions' prompts and labels) → score (Service.score) → answers."""
+
+    endpoint = "systemone"
 
     def on_post(self, req: Any, resp: Any) -> None:
-        body = read_body(req)
-        self.svc.validate("systemone", body)
+        body = self.parse(req)
         questions = parse_questions(body)
         scoring = scoring_prompts(self.svc, body["state"], questions)
         # its "conversation" for --prefix-reuse conversation: the state it asks about
         state_key = hashlib.sha1(json.dumps(body["state"], sort_keys=True, ensure_ascii=False).encode()).digest()
-        task = Task(prompt=scoring[0][0], max_new=0, end_tokens=frozenset(), scoring=scoring, reuse_key=state_key,
-                    request_id=req.context.request_id, client_gone=detector(req.env), turn=req.context.turn)
-        try:
-            got = scores(self.svc.scheduler, task, CLIENT_POLL)
-            if got is None:  # the client left
-                return
-            t0 = time.perf_counter()
-            answers = {q.name: answer(q, softmax(np.asarray(rows))) for q, rows in zip(questions, got.rows, strict=True)}
+
+        def answers(got: Scored) -> bytes:
             doc = {"id": f"s1-{uuid.uuid4().hex}", "object": "systemone", "model": self.svc.settings.model_id,
-                   "answers": answers,
+                   "answers": {q.name: answer(q, softmax(np.asarray(rows)))
+                               for q, rows in zip(questions, got.rows, strict=True)},
                    "usage": {"input_tokens": got.prompt_tokens, "output_tokens": 0,
                              "input_tokens_details": {"cached_tokens": got.reused}}}
-            resp.data = json.dumps(doc).encode()
-            task.turn.text += time.perf_counter() - t0  # the answers and their JSON (the profile's text phase)
-        finally:
-            if task.assigned >= 0:  # an admitted request's turn goes to the profile ring
-                self.svc.scheduler.profiles.add(task.turn)
+            return json.dumps(doc).encode()
+
+        data = self.svc.score(scoring, answers, reuse_key=state_key, turn=req.context.turn,
+                              client_gone=detector(req.env))
+        if data is None:  # the client left
+            return
+        resp.data = data
         resp.content_type = "application/json"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from colibri.spec.metrics import MetricsTable
+
 from ..exchange import Exchange
 from .core import CheckContext, CheckFailure, NotApplicable, Unsupported, target_model
 
@@ -21,39 +23,30 @@ def scheduler_accounting(ctx: CheckContext) -> None:
         raise CheckFailure("scheduler_accounting", "active 0, admitted = completed + failed + cancelled", s)
 
 
-METRIC_FAMILIES = {
-    "colibri_scheduler_active": "gauge", "colibri_scheduler_queued": "gauge", "colibri_scheduler_capacity": "gauge",
-    "colibri_scheduler_max_queue": "gauge", "colibri_scheduler_admitted": "counter",
-    "colibri_scheduler_completed": "counter", "colibri_scheduler_failed": "counter",
-    "colibri_scheduler_rejected": "counter", "colibri_scheduler_timed_out": "counter",
-    "colibri_scheduler_abandoned": "counter",
-    "colibri_scheduler_cancelled": "counter", "colibri_scheduler_queue_wait_seconds": "histogram",
-    "colibri_scheduler_slot_duration_seconds": "histogram", "colibri_scheduler_first_output_seconds": "histogram",
-    "colibri_scheduler_engine_call_seconds": "histogram"}
-
-
-BUCKET_LABELS = ["0.001", "0.01", "0.05", "0.1", "0.5", "1.0", "5.0", "10.0", "30.0", "60.0", "300.0", "+Inf"]
-
-
-def _metrics(ex: Exchange) -> dict[str, Any]:
-    """The colibri_scheduler_* families of a /metrics answer; Unsupported when the target
-    serves no Prometheus text there (llama-server answers 501 unless started with --metrics)."""
+def _metrics(ex: Exchange, table: MetricsTable) -> dict[str, Any]:
+    """The families of a /metrics answer named with the metrics table's prefix
+    (colibri_scheduler_*); Unsupported when the target serves no Prometheus text there
+    (llama-server answers 501 unless started with --metrics)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     if ex.status != 200:
         raise Unsupported(f"the target's /metrics answers {ex.status}")
     try:
         return {f.name: f for f in text_string_to_metric_families(ex.body.decode("utf-8"))
-                if f.name.startswith("colibri_scheduler_")}
+                if f.name.startswith(table.prefix)}
     except (ValueError, UnicodeDecodeError) as e:
         raise Unsupported(f"the target's /metrics is no Prometheus text ({e})") from None
 
 
 def metrics_series(ctx: CheckContext) -> None:
-    fams = _metrics(ctx.exchange)
+    """Exactly the series, types and buckets of the spec's metrics table (spec/metrics.yaml)."""
+    table = ctx.spec.metrics
+    fams = _metrics(ctx.exchange, table)
     got = {n: f.type for n, f in fams.items()}
-    if got != METRIC_FAMILIES:
-        raise CheckFailure("metrics_series", METRIC_FAMILIES, got)
+    want = table.families()
+    if got != want:
+        raise CheckFailure("metrics_series", want, got)
+    buckets = [str(float(b)) for b in table.buckets] + ["+Inf"]
     for f in fams.values():
         for s in f.samples:
             extra = set(s.labels) - {"le"}
@@ -63,14 +56,14 @@ def metrics_series(ctx: CheckContext) -> None:
                 raise CheckFailure("metrics_series", "no _created series", s.name)
         if f.type == "histogram":
             les = [s.labels["le"] for s in f.samples if s.name.endswith("_bucket")]
-            if [str(float(x)) if x != "+Inf" else x for x in les] != BUCKET_LABELS:
-                raise CheckFailure("metrics_series", BUCKET_LABELS, les)
+            if [str(float(x)) if x != "+Inf" else x for x in les] != buckets:
+                raise CheckFailure("metrics_series", buckets, les)
 
 
-def counters(target: Any) -> dict[str, float]:
+def counters(target: Any, table: MetricsTable) -> dict[str, float]:
     ex = target.send("GET", "/metrics", None, {})
     try:
-        fams = _metrics(ex)
+        fams = _metrics(ex, table)
     except Unsupported:
         return {}
     return {s.name: s.value for f in fams.values() for s in f.samples if s.name.endswith("_total")}
@@ -79,7 +72,7 @@ def counters(target: Any) -> dict[str, float]:
 def metrics_unchanged(ctx: CheckContext) -> None:
     if not ctx.before.get("counters"):
         raise Unsupported("the target serves no colibri_scheduler_* counters to compare")
-    after = counters(ctx.target)
+    after = counters(ctx.target, ctx.spec.metrics)
     if after != ctx.before.get("counters"):
         raise CheckFailure("metrics_unchanged", ctx.before.get("counters"), after)
 
