@@ -38,6 +38,8 @@ def load_engine_module() -> ModuleType:
     """colibri._engine, imported with passive OpenMP waiting unless the environment chose."""
     global _wait_note
     if "colibri._engine" in sys.modules:
+        if not _wait_note:  # imported directly, not through here: libgomp read the environment as it was
+            _wait_note = "OpenMP waiting as libgomp read the environment (colibri._engine was imported directly)"
         return sys.modules["colibri._engine"]
     chosen = [f"{k}={os.environ[k]}" for k in WAIT_ENV if k in os.environ]
     if chosen:

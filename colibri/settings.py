@@ -35,9 +35,9 @@ Check = Callable[[Any], "str | None"]
 def engine_max_slots() -> int:
     """The engine's KV slot maximum (COLIBRI_MAX_SLOTS in csrc/engine.h), read from the
     compiled engine only when needed: importing it loads numpy."""
-    from ._engine import MAX_SLOTS
+    from .engine_threads import load_engine_module  # libgomp's wait policy is set as it loads
 
-    return int(MAX_SLOTS)
+    return int(load_engine_module().MAX_SLOTS)
 
 
 def between(low: int, high: int | Callable[[], int]) -> Check:

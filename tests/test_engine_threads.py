@@ -37,3 +37,13 @@ def test_the_note_names_the_count_and_its_origin() -> None:
     assert threads_note(1).startswith("1 thread (--engine-threads)")
     assert threads_note(0).startswith(f"{usable_cores()} thread")
     assert "every core this process may use" in threads_note(0)
+
+
+def test_the_servers_first_import_of_the_engine_sets_the_policy() -> None:
+    """`colibri serve` first loads the engine reading its slot maximum (settings.py): that import
+    must go through load_engine_module too, or libgomp spins in the served process."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    out = subprocess.run([sys.executable, "-c", "from colibri.settings import engine_max_slots; engine_max_slots()"],
+                         capture_output=True, text=True, timeout=120, env={**clean, "OMP_DISPLAY_ENV": "true"},
+                         check=True)
+    assert "OMP_WAIT_POLICY = 'PASSIVE'" in out.stderr

@@ -32,8 +32,9 @@ class Scheduler:
     def __init__(self, engine: Any, *, n_slots: int, max_queue: int = 8, queue_timeout: float = 300.0,
                  metrics: Metrics | None = None, step_delay: float = 0.0, on_release: Any = None,
                  profile_turns: int = 256, prefix_reuse: str = "shared"):
-        from .. import _engine
+        from ..engine_threads import load_engine_module
 
+        _engine = load_engine_module()
         self._sample_rows, self._logprobs = _engine.sample_rows, _engine.logprobs
         self.engine = engine
         self.n_slots = n_slots
