@@ -171,8 +171,8 @@ def run_vector(spec: Any, rule: Any, vector: Vector, target: Any, strict: bool =
     res = _judge(rule, ctx)
     try:
         res.invariant_failures = invariants(ctx)
-    except Exception:  # noqa: BLE001 - an invariant that cannot read the response has nothing to say
-        pass
+    except Exception as e:  # noqa: BLE001 - a harness bug is reported on its vector, never fatal
+        return Result("ERROR", ex, reason="harness (invariants): " + _harness_error(e))
     return res
 
 
