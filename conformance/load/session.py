@@ -14,6 +14,7 @@ from typing import Any
 from colibri.exit_codes import EXIT_FAIL, EXIT_OK
 from colibri.spec import load_spec
 
+from ..differential import UNANSWERED
 from ..discovery import Capabilities
 from ..exchange import TransportError
 from ..report import markdown, now_iso, to_json, write_html
@@ -141,7 +142,7 @@ class Session:
                     n = body.get("max_tokens") or body.get("max_completion_tokens") or 16
                     try:
                         cache[key] = reference_answer(self.target, prompt, self.target.model, int(n))
-                    except Exception:  # noqa: BLE001 - no reference: the divergence stays unweighed
+                    except (*UNANSWERED, KeyError, TypeError):  # no answer, or malformed logprobs: unweighed
                         cache[key] = None
             return cache[key]
         return ref
