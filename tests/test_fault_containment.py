@@ -98,3 +98,28 @@ def test_ops_health_accounting_a_client_gone_while_queued_is_abandoned_not_cance
         assert snap["active"] == 0 and snap["admitted"] == snap["completed"] + snap["failed"] + snap["cancelled"] == 1
     finally:
         s.close()
+
+
+def test_ops_health_accounting_the_slot_is_free_when_the_answer_ends():
+    """A client that has its whole answer and reads /health sees its request settled: the slot is
+    freed before the last event, not after (found as an in-process conformance failure of
+    ops.health.accounting[idle] under load: active 1, admitted = completed + 1). A slow release
+    hook widens the window the old order left open."""
+    import time
+
+    def slow_release(slot: int) -> None:
+        time.sleep(0.3)
+
+    s = Scheduler(Model().engine(n_slots=1), n_slots=1, on_release=slow_release)
+    try:
+        for outcome_task in (Task(prompt=PROMPT, max_new=4, end_tokens=frozenset(), temperature=0.0),
+                             Task(prompt=[7, 8, 9], max_new=4, end_tokens=frozenset(), temperature=1.0,
+                                  top_p=0.0)):  # completed, then failed (the sampler refuses top_p 0)
+            s.admit(outcome_task)
+            collect(outcome_task)
+            snap = s.snapshot()
+            assert snap["active"] == 0
+            assert snap["admitted"] == snap["completed"] + snap["failed"] + snap["cancelled"]
+        assert (snap["completed"], snap["failed"]) == (1, 1)
+    finally:
+        s.close()

@@ -118,17 +118,17 @@ class Scheduler:
         if task.cancelled:
             self._release(task, "cancelled")
         else:
-            self._close_turn(task, "completed")
-            task.events.put(Done(reason))
+            # The slot is freed before the answer's last event, so a client that reads /health
+            # once it has its answer sees the request settled (rule ops.health.accounting).
             self._release(task, "completed")
+            task.events.put(Done(reason))
 
     def _fail(self, task: Task, exc: BaseException) -> None:
         """Fail this task alone: its own error event, its slot freed, the fault logged."""
         log.error("engine fault for %s in slot %d: %s: %s", task.request_id or "a request", task.assigned,
                   type(exc).__name__, exc, exc_info=exc)
-        self._close_turn(task, "cancelled" if task.cancelled else "failed")
-        task.events.put(Failed(exc))
         self._release(task, "cancelled" if task.cancelled else "failed")
+        task.events.put(Failed(exc))
 
     def _record(self, task: Task, logits: Any, token: int) -> TokenRecord:
         if task.top_k_logprobs < 0:
