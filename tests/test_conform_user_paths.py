@@ -286,7 +286,7 @@ def test_version_and_the_subcommands_in_the_usage(capsys):
     assert capsys.readouterr().out == f"colibri-conform (colibri {__version__})\n"
     assert main(["--help"]) == 0
     usage = capsys.readouterr().out.split("\n\n")[0]
-    assert usage.splitlines()[-1] == ("       colibri-conform {matrix,diff,replay,compat,differential} ...   "
+    assert usage.splitlines()[-1] == ("       colibri-conform {matrix,diff,replay,compat,differential,load} ...   "
                                       "(see colibri-conform COMMAND --help)")
     assert "[--include-should]" in usage
 
