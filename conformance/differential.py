@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from colibri.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from colibri.spec.tables import table
 
 from .exchange import BodyNotJson, TransportError
 from .targets import remote_target
@@ -43,7 +44,9 @@ BOUNDS = {"exact": 0.01, "rounded": 0.5}
 LOGPROB_BOUNDS = {"exact": 0.001, "rounded": 0.2}
 MIN_SHARED = 8
 LOGPROB_RULE = "diff.logprobs.close"
-PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "messages": "/v1/messages"}
+#: The endpoints a differential prompt may name, and their paths (from spec/endpoints.yaml).
+PATHS = {row["name"]: row["path"] for row in table("endpoints.yaml")["endpoints"]
+         if row["name"] in ("chat", "completions", "messages")}
 RULES = {"exact": "diff.greedy.exact", "rounded": "diff.greedy.rounded"}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from colibri.schemas import validator
+from colibri.server.errors import envelope_for
 
 from .core import CheckContext, CheckFailure, data_events, stream_data
 
@@ -14,7 +15,7 @@ def error_envelope(ctx: CheckContext) -> None:
     ex = ctx.exchange
     if ex.status < 400:
         raise CheckFailure("error_envelope", "an error status", ex.status)
-    anthropic = ctx.spec.endpoints[ctx.endpoint].envelope == "anthropic" and ex.path.startswith("/v1/messages")
+    anthropic = envelope_for(ex.path) == "anthropic"  # the path's envelope, as the server chooses it
     schema = "error.anthropic.json" if anthropic else "error.openai.json"
     try:
         doc = ex.json()

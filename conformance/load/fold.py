@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from colibri.spec.metrics import read_metrics
 from colibri.spec.model import Vector
 
 from ..checks import CheckFailure
@@ -181,12 +182,13 @@ def disconnects(v: Verdicts, records: list[dict[str, Any]], idle: Idle) -> None:
                      "counters on /metrics: the counts were not readable)")
         return
     b, a = idle.before, idle.after
+    prefix = read_metrics().prefix
 
     def d(name: str) -> float:
-        return a.get(f"colibri_scheduler_{name}_total", 0.0) - b.get(f"colibri_scheduler_{name}_total", 0.0)
+        return a.get(f"{prefix}{name}_total", 0.0) - b.get(f"{prefix}{name}_total", 0.0)
 
     got = {k: d(k) for k in ("admitted", "completed", "failed", "cancelled", "abandoned")}
-    active, queued = a.get("colibri_scheduler_active", 0.0), a.get("colibri_scheduler_queued", 0.0)
+    active, queued = a.get(prefix + "active", 0.0), a.get(prefix + "queued", 0.0)
     if active or queued:
         why = CheckFailure("idle", "nothing active or queued once the load stopped", {"active": active, "queued": queued})
     elif got["admitted"] != got["completed"] + got["failed"] + got["cancelled"]:

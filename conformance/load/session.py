@@ -13,6 +13,7 @@ from typing import Any
 
 from colibri.exit_codes import EXIT_FAIL, EXIT_OK
 from colibri.spec import load_spec
+from colibri.spec.metrics import read_metrics
 
 from ..differential import UNANSWERED
 from ..discovery import Capabilities
@@ -28,6 +29,8 @@ from .plan import Plan, build, spec_digest
 
 #: How long the server may take to show nothing active or queued once the load stopped.
 IDLE_TIMEOUT = 30.0
+#: The scheduler's series' prefix on /metrics (spec/metrics.yaml).
+PREFIX = read_metrics().prefix
 
 
 def scheduler_samples(target: Any) -> dict[str, float] | None:
@@ -41,8 +44,7 @@ def scheduler_samples(target: Any) -> dict[str, float] | None:
         fams = list(text_string_to_metric_families(ex.body.decode("utf-8")))
     except (TransportError, ValueError, UnicodeDecodeError):
         return None
-    out = {s.name: float(s.value) for f in fams if f.name.startswith("colibri_scheduler_") for s in f.samples
-           if not s.labels}
+    out = {s.name: float(s.value) for f in fams if f.name.startswith(PREFIX) for s in f.samples if not s.labels}
     return out or None
 
 
@@ -110,7 +112,7 @@ class Session:
     def idle(self) -> Idle:
         t = time.monotonic()
         after = scheduler_samples(self.target)
-        while after and (after.get("colibri_scheduler_active") or after.get("colibri_scheduler_queued")) \
+        while after and (after.get(PREFIX + "active") or after.get(PREFIX + "queued")) \
                 and time.monotonic() - t < IDLE_TIMEOUT:
             time.sleep(0.2)
             after = scheduler_samples(self.target)
