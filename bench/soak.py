@@ -252,7 +252,8 @@ def _quantile(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100)[int(q * 100) - 1] if len(xs) >= 2 else (xs[0] if xs else 0.0)
 
 
-def main() -> int:
+def _arguments() -> tuple[argparse.Namespace, list[str]]:
+    """The command line, and the attack scenarios it names."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=300)
@@ -265,6 +266,11 @@ def main() -> int:
     attacks = list(SCENARIOS) if args.attacks == "all" else [n for n in args.attacks.split(",") if n]
     if any(n not in SCENARIOS for n in attacks):
         ap.error(f"--attacks: known scenarios are {', '.join(SCENARIOS)}")
+    return args, attacks
+
+
+def main() -> int:
+    args, attacks = _arguments()
     attacked: list[dict] = []
 
     work = Path(tempfile.mkdtemp(prefix="colibri-soak-"))

@@ -1,6 +1,6 @@
 """The shape the project brief asks of the code, checked statically (ast, no imports): no import
 circle among the modules of colibri/, conformance/ and training/; no module over 600 lines
-outside csrc/; no function over 80 lines in colibri/ and conformance/."""
+outside csrc/; no function over 80 lines outside csrc/ and training/ (bench/ and tests/ included)."""
 from __future__ import annotations
 
 import ast
@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("colibri", "conformance", "training")
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
-FUNCTION_DIRS = ("colibri", "conformance")
+#: Where long functions are allowed: training/'s scripts run top to bottom, as research code does.
+FUNCTION_EXEMPT = ("training",)
 #: Folders that hold no source of the project's own (build output, caches, C sources).
 NOT_SOURCE = {"csrc", "build", "dist", "node_modules", "__pycache__"}
 
@@ -113,7 +114,7 @@ def test_no_module_over_600_lines():
 def test_no_function_over_80_lines():
     long = {}
     for p in sources(".py"):
-        if p.relative_to(ROOT).parts[0] not in FUNCTION_DIRS:
+        if p.relative_to(ROOT).parts[0] in FUNCTION_EXEMPT:
             continue
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
