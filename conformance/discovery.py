@@ -50,7 +50,7 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
                               "chat honours max_completion_tokens (no more than 8 tokens come back)"),
     "store": ("chat", {"store": False}, "chat accepts store"),
     "reasoning_effort": ("chat", {"reasoning_effort": "low"}, "chat accepts reasoning_effort"),
-    "zai_thinking": ("chat", {"thinking": {"type": "disabled"}}, "chat accepts thinking: {type} (Z.ai style)"),
+    "zai_thinking": ("chat", {"thinking": {"type": "disabled"}}, "chat accepts thinking: {type} (Z.ai and DeepSeek style; pi's thinkingFormat \"deepseek\")"),
     "stream_usage": ("chat", {"stream": True, "stream_options": {"include_usage": True}},
                      "chat streams accept stream_options.include_usage"),
     # What the compat profile reports, found once here rather than read from whichever rules ran

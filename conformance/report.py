@@ -42,6 +42,21 @@ def _vector_doc(vr: Any, redact: str | None) -> dict[str, Any]:
     return doc
 
 
+def thinking_format(effort: bool, enable_thinking: bool, thinking_type: bool) -> str | None:
+    """pi's `thinkingFormat` (pi-ai 0.73.1, providers/openai-completions.js buildParams) for the
+    switches the server accepted. What each value sends: "openai" reasoning_effort (on turns
+    only); "qwen" and "zai" both top-level enable_thinking: bool; "qwen-chat-template"
+    chat_template_kwargs.enable_thinking; "deepseek" thinking: {type: enabled|disabled}, plus
+    reasoning_effort on turns. reasoning_effort is the portable knob; enable_thinking comes
+    before thinking: {type} because "deepseek" also sends reasoning_effort, which a server
+    without it may refuse. No probe sends chat_template_kwargs, so that format is never chosen."""
+    if effort:
+        return "openai"
+    if enable_thinking:
+        return "qwen"
+    return "deepseek" if thinking_type else None
+
+
 def client_settings(discovery: dict[str, Any]) -> dict[str, Any]:
     """The settings a client needs for the target, from what its probes accepted: pi's `compat`
     flags and the OpenAI SDK's choices. A request built from them (`request_from_settings`)
@@ -49,7 +64,8 @@ def client_settings(discovery: dict[str, Any]) -> dict[str, Any]:
     def accepted(name: str) -> bool:
         return (discovery.get(name) or {}).get("state") == "served"
 
-    effort, zai = accepted("reasoning_effort"), accepted("zai_thinking")
+    effort, thinking_type = accepted("reasoning_effort"), accepted("zai_thinking")
+    enable_thinking = accepted("reasoning")  # top-level enable_thinking: True brought reasoning back
     max_field = "max_completion_tokens" if accepted("max_completion_tokens") else "max_tokens"
     return {
         "pi_compat": {
@@ -58,8 +74,7 @@ def client_settings(discovery: dict[str, Any]) -> dict[str, Any]:
             "maxTokensField": max_field,
             "supportsUsageInStreaming": accepted("stream_usage"),
             "supportsReasoningEffort": effort,
-            # reasoning_effort is the portable knob; thinking: {type} only where it is all there is
-            "thinkingFormat": "openai" if effort else "zai" if zai else None,
+            "thinkingFormat": thinking_format(effort, enable_thinking, thinking_type),
         },
         "openai_sdk": {
             "max_tokens_parameter": max_field,
@@ -83,7 +98,9 @@ def request_from_settings(settings: dict[str, Any], model: str) -> dict[str, Any
         body["store"] = False
     if pi["thinkingFormat"] == "openai":
         body["reasoning_effort"] = "low"
-    elif pi["thinkingFormat"] == "zai":
+    elif pi["thinkingFormat"] == "qwen":
+        body["enable_thinking"] = False
+    elif pi["thinkingFormat"] == "deepseek":
         body["thinking"] = {"type": "disabled"}
     if pi["supportsUsageInStreaming"]:
         body.update(stream=True, stream_options={"include_usage": True})

@@ -478,6 +478,27 @@ def test_max_completion_tokens_probe_needs_the_cap_honoured():
     assert settings["pi_compat"]["maxTokensField"] == settings["openai_sdk"]["max_tokens_parameter"] == "max_tokens"
 
 
+@pytest.mark.parametrize(("served", "fmt", "field"), [
+    ({"reasoning_effort", "reasoning", "zai_thinking"}, "openai", {"reasoning_effort": "low"}),
+    ({"reasoning", "zai_thinking"}, "qwen", {"enable_thinking": False}),
+    # colibri-smollm2's probes: only thinking: {type: disabled} is accepted
+    ({"zai_thinking"}, "deepseek", {"thinking": {"type": "disabled"}}),
+    (set(), None, {}),
+])
+def test_pi_thinking_format_sends_the_switch_the_server_accepted(served, fmt, field):
+    """pi-ai 0.73.1's "zai" format sends top-level enable_thinking, not thinking: {type} (that is
+    "deepseek"; providers/openai-completions.js buildParams), so a server that accepts only
+    thinking: {type} gets "deepseek", and one whose enable_thinking probe brought reasoning back
+    gets "qwen" (the same enable_thinking as "zai", under the name of what it is)."""
+    from conformance.report import client_settings, request_from_settings
+
+    probes = ("reasoning_effort", "reasoning", "zai_thinking")
+    settings = client_settings({p: {"state": "served" if p in served else "refused"} for p in probes})
+    assert settings["pi_compat"]["thinkingFormat"] == fmt
+    body = request_from_settings(settings, "m")
+    assert {k: body[k] for k in ("reasoning_effort", "enable_thinking", "thinking") if k in body} == field
+
+
 def test_every_check_that_cannot_run_in_a_rule_run_says_why():
     from conformance.checks import LIVE_ONLY, LIVE_ONLY_WHY
 
