@@ -11,6 +11,7 @@ Usage:
 Servers named with --server are the peers harness's (bench/peers/catalog.py): started on a free
 port, stopped afterwards. Clients install into ~/.cache/colibri-clients (install.py). Exit 0 when
 every run completed (FAILs are results, not errors), 1 when a server or a driver could not run.
+Beside each NAME.json in --out, NAME.exchanges.jsonl holds every request the clients made.
 """
 from __future__ import annotations
 
@@ -90,6 +91,9 @@ def run_server(name: str, base: str, model: str | None, clients: list[str], out:
         doc["clients"] = {**old["clients"], **doc["clients"]}
         doc["wall_seconds"] = old["wall_seconds"]
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    # Every exchange of this run, PASS or not (a FAIL keeps its last three in the result): what a
+    # client actually sent with the derived settings, one JSON object a line.
+    (out / f"{name}.exchanges.jsonl").write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in rec.exchanges))
     return doc
 
 
