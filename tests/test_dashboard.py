@@ -529,3 +529,29 @@ def test_dashboard_folder_is_open_on_a_key_protected_server():
         assert r.status_code == 200 and "<!doctype html>" in r.text, path
     r = client.simulate_get("/v1/models", headers={"Host": "127.0.0.1"})
     assert r.status_code == 401 and r.json["error"]["code"] == "invalid_api_key"
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
+def test_dashboard_chat_asks_the_model_id_once_the_key_is_typed(tmp_path):
+    """Behind --api-key the page's first /v1/models is refused (no key typed yet); the chat asks
+    the served model's id again when it sends, with the key, instead of guessing a name."""
+    with live_server("--api-key", "k-late") as base:
+        page = Page(str(tmp_path))
+        try:
+            page.call("Page.navigate", url=f"{base}/?q=Repeat%20exactly%3A%20hello")
+            _filled_not_sent(page, base, "Repeat exactly: hello", {"Authorization": "Bearer k-late"})
+            page.call("Runtime.evaluate", expression="document.getElementById('key').value = 'k-late';"
+                      "document.querySelector('#ask button[type=submit]').click()")
+            deadline = time.monotonic() + 60
+            while True:
+                state = page.value("""JSON.stringify({
+                    messages: [...document.querySelectorAll('.msg')].map(e => [e.className, e.textContent]),
+                    busy: document.querySelector('#ask button').disabled})""") or {}
+                if (len(state.get("messages", [])) >= 2 and not state["busy"]) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        finally:
+            page.close()
+        assert page.console == [], page.console
+    assert [c for c, _ in state["messages"]] == ["msg user", "msg assistant"], state
+    assert "hello" in state["messages"][-1][1], state

@@ -9,7 +9,7 @@ const log = $("log");
 const form = $("ask");
 let messages = [];
 let pending = [];  // the last reply's tool calls: [{call, input}] waiting for their results
-let model = "colibri-tiny";
+let model = "";  // the served model's id, asked of /v1/models (init, or the first send)
 
 // The theme: the system's unless chosen here (kept in this browser).
 const THEMES = ["system", "light", "dark"];
@@ -102,6 +102,12 @@ async function send(text) {
     reply.replaceChildren(message);
     messages.length = before;
   };
+  if (!model) {  // init could not ask (an API key not typed yet, say): ask now
+    try {
+      const r = await fetch("/v1/models", { headers: headers() });
+      if (r.ok) model = (await r.json()).data[0].id;
+    } catch { /* the chat request below reports an unreachable server */ }
+  }
   const started = performance.now();
   let resp;
   try {

@@ -149,9 +149,9 @@ async function decide(ev) {
   button.disabled = true;  // one request at a time
   errorBox.hidden = true;
   try {
-    let model = "colibri-tiny";
     const models = await fetch("/v1/models", { headers });
-    if (models.ok) model = (await models.json()).data[0].id;
+    if (!models.ok) throw new Error(await errorText(models));
+    const model = (await models.json()).data[0].id;
     const body = requestBody(model);
     $("s1-curl").textContent = curl(body, key);
     const resp = await fetch("/v1/systemone", { method: "POST", headers, body: JSON.stringify(body) });
