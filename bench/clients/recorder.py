@@ -16,6 +16,15 @@ from conformance.proxy import mutating_proxy
 KEEP = 3000  # bytes of each body kept as evidence
 
 
+def kept(body: bytes) -> str:
+    """A body as evidence: whole when short, else its start and its end, since a stream's last
+    event (response.completed or response.incomplete, finish_reason, usage) matters as often as
+    its first."""
+    if len(body) > KEEP:
+        body = body[:KEEP // 2] + b"\n[...]\n" + body[-KEEP // 2:]
+    return body.decode(errors="replace")
+
+
 class Recorder:
     def __init__(self) -> None:
         self.tag: tuple[str, str] = ("", "")
@@ -42,8 +51,8 @@ class Recorder:
             with self.lock:
                 self.exchanges.append({
                     "client": self.tag[0], "scenario": self.tag[1], "method": environ["REQUEST_METHOD"],
-                    "path": environ.get("PATH_INFO", ""), "request": body[:KEEP].decode(errors="replace"),
-                    "status": seen.get("status"), "response": b"".join(out)[:KEEP].decode(errors="replace")})
+                    "path": environ.get("PATH_INFO", ""), "request": kept(body),
+                    "status": seen.get("status"), "response": kept(b"".join(out))})
             return out
 
         return recording

@@ -68,7 +68,7 @@ class Scenarios:
         c = self.S["cap"]
         r = self.a.turn([self.a.user(c["prompt"])], max_tokens=c["max_tokens"])
         u = r["usage"]
-        check(u, f"no usage to judge the cap by; text {r['text'][:80]!r}")
+        check(u and u["output"] > 0, f"no usage to judge the cap by ({u}); text {r['text'][:80]!r}")  # 0 is no count
         check(u["output"] <= c["max_tokens"], f"{u['output']} output tokens under a cap of {c['max_tokens']}")
         return f"{u['output']} output tokens (cap {c['max_tokens']})"
 
