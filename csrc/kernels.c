@@ -56,6 +56,83 @@ static inline __attribute__((always_inline)) void tile(float *out, const float *
         }
 }
 
+/* ---- the 256-bit panel tile (avx2, avxvnni) ----
+ *
+ * Without AVX-512 a vec16 is two registers and GCC lowers the tile above through the stack
+ * (7,627 of its 10,179 instructions touch the stack), so the 256-bit paths take their own tile,
+ * the same sums on __m256: a panel (16 columns) is two halves of 8 floats, h = 0 columns 0-7,
+ * h = 1 columns 8-15. One output column is still one lane's sequential FMA over j, so batched
+ * and single rows give bit-identical results here too. Register budget, 16 ymm: RB * CB * 2
+ * accumulators (at most 12: 6 rows x 1 panel for a prefill, 1 row x 4 panels = 8 for a decode),
+ * one broadcast input and the weight halves in flight. */
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#include <immintrin.h>
+#define PANEL8 1
+#define ROWS8 6  /* input rows per tile when the tile takes one panel */
+
+/* 8 panel values from element index i as floats (bfloat16 widened: its bits are a float's top half). */
+static inline __attribute__((always_inline)) __m256 load_half(const void *pan, size_t i, int bf16) {
+    if (!bf16) return _mm256_loadu_ps((const float *)pan + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)pan + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* out (RB rows, CB panels from col0) = x (RB rows, n) @ panels; acc[r][2c + h] is row r's
+ * 8 columns col0 + 16c + 8h .. +7. RB * CB <= 6 at every call site (literals, fully unrolled). */
+static inline __attribute__((always_inline)) void tile8(float *out, const float *x, const void *pan, int n, int d,
+                                                      int col0, int RB, int CB, int BF) {
+    __m256 acc[ROWS8][8];
+    for (int r = 0; r < RB; r++)
+        for (int k = 0; k < 2 * CB; k++) acc[r][k] = _mm256_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        __m256 w[8];  /* the step's 2 * CB weight halves, then one input broadcast at a time */
+        for (int k = 0; k < 2 * CB; k++) w[k] = load_half(pan, ((size_t)(k / 2) * n + j) * PANEL + 8 * (k % 2), BF);
+        for (int r = 0; r < RB; r++) {
+            const __m256 xr = _mm256_broadcast_ss(x + (size_t)r * n + j);
+            for (int k = 0; k < 2 * CB; k++) acc[r][k] = _mm256_fmadd_ps(w[k], xr, acc[r][k]);
+        }
+    }
+    for (int r = 0; r < RB; r++)
+        for (int k = 0; k < 2 * CB; k++) {
+            const int col = col0 + 8 * k, keep = d - col < 8 ? d - col : 8;
+            if (keep == 8) {
+                _mm256_storeu_ps(out + (size_t)r * d + col, acc[r][k]);
+            } else if (keep > 0) {  /* the zero-padded columns past d */
+                float t[8];
+                _mm256_storeu_ps(t, acc[r][k]);
+                memcpy(out + (size_t)r * d + col, t, sizeof(float) * (size_t)keep);
+            }
+        }
+}
+
+/* One row against the group's cb panels (a decode step), or up to ROWS8 rows against one panel
+ * at a time (a prefill: 12 accumulators, the panel's halves read once per six rows). */
+static inline __attribute__((always_inline)) void tile8_group(float *o, const float *xr, const void *pan, int n,
+                                                            int d, int col0, int rb, int cb, int BF) {
+    if (rb == 1) {
+        switch (cb) {
+        case 4: tile8(o, xr, pan, n, d, col0, 1, 4, BF); break;
+        case 3: tile8(o, xr, pan, n, d, col0, 1, 3, BF); break;
+        case 2: tile8(o, xr, pan, n, d, col0, 1, 2, BF); break;
+        default: tile8(o, xr, pan, n, d, col0, 1, 1, BF); break;
+        }
+        return;
+    }
+    const size_t esize = BF ? sizeof(uint16_t) : sizeof(float);
+    for (int c = 0; c < cb; c++) {
+        const void *p = (const char *)pan + (size_t)c * n * PANEL * esize;
+        const int col = col0 + c * PANEL;
+        switch (rb) {
+        case 6: tile8(o, xr, p, n, d, col, 6, 1, BF); break;
+        case 5: tile8(o, xr, p, n, d, col, 5, 1, BF); break;
+        case 4: tile8(o, xr, p, n, d, col, 4, 1, BF); break;
+        case 3: tile8(o, xr, p, n, d, col, 3, 1, BF); break;
+        default: tile8(o, xr, p, n, d, col, 2, 1, BF); break;
+        }
+    }
+}
+#endif
+
 #define TILE_COLS(RB, BF)                                                                       \
     switch (cb) {                                                                               \
     case 4: tile(o, xr, pan, n, d, col0, RB, 4, BF); break;                                     \
@@ -66,8 +143,9 @@ static inline __attribute__((always_inline)) void tile(float *out, const float *
 #define TILE_ROWS(RB) if (bf16) { TILE_COLS(RB, 1) } else { TILE_COLS(RB, 0) }
 
 /* out (rows, d) = x (rows, n) @ W^T on panels. Threads split the output columns in groups of
- * four panels; within a group the rows go four at a time, so a group's panels (n * 256 bytes
- * of floats) stay in cache while a prefill streams its rows past them. */
+ * four panels; within a group the rows go four at a time (six on the 256-bit paths), so a
+ * group's panels (n * 256 bytes of floats) stay in cache while a prefill streams its rows past
+ * them. */
 void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows, int threads) {
     const int n = w->n, d = w->d, n_panels = (d + PANEL - 1) / PANEL, n_groups = (n_panels + 3) / 4;
     const int bf16 = w->kind == W_BF16;
@@ -77,6 +155,15 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
     for (g = 0; g < n_groups; g++) {
         const int cb = n_panels - 4 * g < 4 ? n_panels - 4 * g : 4, col0 = 4 * g * PANEL;
         const void *pan = (const char *)w->p + (size_t)4 * g * n * PANEL * esize;
+#ifdef PANEL8
+        for (int r = 0; r < rows; r += ROWS8) {
+            const int rb = rows - r < ROWS8 ? rows - r : ROWS8;
+            if (bf16)
+                tile8_group(out + (size_t)r * d, x + (size_t)r * n, pan, n, d, col0, rb, cb, 1);
+            else
+                tile8_group(out + (size_t)r * d, x + (size_t)r * n, pan, n, d, col0, rb, cb, 0);
+        }
+#else
         for (int r = 0; r < rows; r += 4) {
             const float *xr = x + (size_t)r * n;
             float *o = out + (size_t)r * d;
@@ -87,6 +174,7 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
             default: TILE_ROWS(1) break;
             }
         }
+#endif
     }
 }
 #undef TILE_ROWS
