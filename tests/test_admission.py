@@ -141,6 +141,9 @@ def test_ops_admission_bounded_back_to_back_requests_are_served():
 
 def test_ops_connections_per_client_cap():
     with live_server("--max-client-connections", "2") as base:
+        # live_server's readiness probe is this address's connection too, until its request
+        # thread hands it back to the loop: give that a moment, as after the close below.
+        time.sleep(0.3)
         kept = [socket.create_connection(_addr(base), timeout=10) for _ in range(2)]
         try:
             for s in kept:  # two kept-alive connections, each having been served

@@ -175,6 +175,8 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
     def _accepted(self, client: socket.socket, addr: Any, listener: Any) -> None:
         address = addr[0] if isinstance(addr, tuple) else str(addr)
         if len(self.per_address.get(address, ())) >= self.max_client_connections:
+            self._settle(address)
+        if len(self.per_address.get(address, ())) >= self.max_client_connections:
             # Counted at accept, not when a request arrives: connections that never send a
             # byte must not fill the worker's connection limit (rule ops.connections.cap-at-accept).
             self._linger(client, refusal=error("too_many_connections"))
@@ -186,6 +188,26 @@ class AdmittingThreadWorker(ThreadWorker):  # type: ignore[misc]
         conn.number = self.accepted
         self.per_address[address].add(conn.number)
         self._read_next(conn)
+
+    def _settle(self, address: str) -> None:
+        """Before refusing a client for its connection cap, count only what is still open. On a
+        busy machine one turn of the loop can hold a new connection together with news of older
+        ones: a request a thread has answered on a connection that then closes (its completion
+        waits in the method queue) and a connection the client has closed (its end not read
+        yet). Neither may count against the client: run the finished threads' callbacks, then
+        let go of this address's idle connections whose client is gone. Only connections with
+        no byte of a next request are looked at, by a peek that reads nothing."""
+        self.method_queue.run_callbacks(None)
+        for state in [a for a in self.arriving.values() if a.conn.address == address and not a.reader.started]:
+            try:
+                closed = state.conn.sock._sock.recv(1, socket.MSG_PEEK) == b""
+            except (BlockingIOError, InterruptedError):
+                closed = False
+            except OSError:
+                closed = True
+            if closed:
+                self._forget(state.conn)
+                self._drop(state.conn)
 
     def _closed(self, conn: Any) -> None:
         """Bookkeeping for a connection that is gone (whichever path closed it)."""
