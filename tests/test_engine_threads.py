@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 from colibri.engine_threads import threads_note, usable_cores
 
+#: The children run outside the checkout, so they import the installed package (under tox, a
+#: wheel; the checkout's colibri/ has no compiled engine there).
+CWD = tempfile.gettempdir()
 PROBE = ("import os; from colibri.engine_threads import load_engine_module, threads_note; load_engine_module(); "
          "print(os.environ.get('OMP_WAIT_POLICY')); print(threads_note(0))")
 
@@ -15,7 +19,7 @@ PROBE = ("import os; from colibri.engine_threads import load_engine_module, thre
 def run_probe(**env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     return subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120,
-                          env={**clean, "OMP_DISPLAY_ENV": "true", **env}, check=True)
+                          env={**clean, "OMP_DISPLAY_ENV": "true", **env}, check=True, cwd=CWD)
 
 
 def test_libgomp_reads_passive_and_the_environment_is_restored() -> None:
@@ -45,5 +49,5 @@ def test_the_servers_first_import_of_the_engine_sets_the_policy() -> None:
     clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     out = subprocess.run([sys.executable, "-c", "from colibri.settings import engine_max_slots; engine_max_slots()"],
                          capture_output=True, text=True, timeout=120, env={**clean, "OMP_DISPLAY_ENV": "true"},
-                         check=True)
+                         check=True, cwd=CWD)
     assert "OMP_WAIT_POLICY = 'PASSIVE'" in out.stderr
