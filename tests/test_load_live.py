@@ -82,4 +82,11 @@ def test_load_master_and_two_workers_give_the_single_process_verdicts(server, tm
             stop_group(p, timeout=10)
     merged = json.loads((tmp_path / "merged.json").read_text())
     assert merged["load"]["workers"] == 2 and merged["load"]["plan"]["sent"] == 4
-    assert verdicts(tmp_path / "merged.json") == verdicts(tmp_path / "single.json")
+    one, many = verdicts(tmp_path / "single.json"), verdicts(tmp_path / "merged.json")
+    # Every rule of the plan and every load rule is judged by both runs, alike. An invariant rule
+    # such as err.envelope.anthropic is judged only when some answer on its endpoint was an error,
+    # which depends on which requests the saturation happened to refuse: compared where both judged.
+    always = {k for k in one if k.startswith(("load.", "chat.response", "stream.chunk", "msgs.response"))}
+    assert always <= one.keys() and always <= many.keys(), (sorted(one), sorted(many))
+    assert {k: many[k] for k in one.keys() & many.keys()} == {k: one[k] for k in one.keys() & many.keys()}
+    assert set(many.values()) == {"PASS"}, many
