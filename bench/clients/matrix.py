@@ -47,6 +47,28 @@ def fault_of(faults: dict[str, Any], server: str, client: str, scenario: str) ->
     return "not reviewed yet"
 
 
+def exchanges(r: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for e in r.get("exchanges", []):
+        lines += [f"`{e['method']} {e['path']}` -> {e['status']}", "", "```", e["request"][:1200], "```",
+                  "", "```", e["response"][:1200], "```", ""]
+    return lines
+
+
+def limits_met(doc: dict[str, Any], faults: dict[str, Any]) -> list[str]:
+    """The UNSUPPORTED scenarios where a client met its declared limit on the wire (it made the
+    requests, then could not read the answer): what it did, and why, as for a FAIL."""
+    lines: list[str] = []
+    for client, run in doc["clients"].items():
+        for scenario, r in run["scenarios"].items():
+            if r["outcome"] != "UNSUPPORTED" or not r.get("exchanges"):
+                continue
+            why = faults.get(f"{doc['server']}/{client}/{scenario}") or faults.get(f"*/{client}/{scenario}") or ""
+            lines += [f"## {client} {scenario} (client limit)", "", *([f"**Why:** {why}", ""] if why else []),
+                      f"Client: `{r['detail']}`", "", *exchanges(r)]
+    return lines
+
+
 def server_page(doc: dict[str, Any], faults: dict[str, Any]) -> str:
     s = doc["settings"]
     lines = [f"# Clients against {doc['server']} (model `{doc['model']}`)", "",
@@ -58,12 +80,10 @@ def server_page(doc: dict[str, Any], faults: dict[str, Any]) -> str:
             if r["outcome"] != "FAIL":
                 continue
             lines += [f"## {client} {scenario}", "", f"**Fault:** {fault_of(faults, doc['server'], client, scenario)}",
-                      "", f"Client: `{r['detail']}`", ""]
-            for e in r.get("exchanges", []):
-                lines += [f"`{e['method']} {e['path']}` -> {e['status']}", "", "```", e["request"][:1200], "```",
-                          "", "```", e["response"][:1200], "```", ""]
+                      "", f"Client: `{r['detail']}`", "", *exchanges(r)]
     if not any(r["outcome"] == "FAIL" for run in doc["clients"].values() for r in run["scenarios"].values()):
         lines += ["No FAIL: every client passed every scenario it ran.", ""]
+    lines += limits_met(doc, faults)
     lines += ["## Every scenario", "", "| client | scenario | outcome | detail |", "|---|---|---|---|"]
     for client, run in doc["clients"].items():
         for scenario, r in run["scenarios"].items():

@@ -33,8 +33,10 @@ import install  # noqa: E402
 from recorder import recording  # noqa: E402
 from settings import derive  # noqa: E402
 
-PY_CLIENTS = ["openai (Python)", "openai Responses (Python)", "anthropic (Python)", "langchain-openai", "pydantic-ai"]
-JS_CLIENTS = ["pi-ai completions", "pi-ai responses", "openai (JS)", "ai + openai-compatible"]
+PY_CLIENTS = ["openai (Python)", "openai Responses (Python)", "anthropic (Python)", "langchain-openai", "pydantic-ai",
+              "llm (CLI)", "aider (CLI)"]
+JS_CLIENTS = ["pi-ai completions", "pi-ai responses", "openai (JS)", "anthropic (JS)", "ai + openai-compatible",
+              "ai + anthropic"]
 DRIVER_TIMEOUT = 900.0
 
 
@@ -61,7 +63,9 @@ def run_client(client: str, url: str, model: str, settings: Path, rec: Any) -> d
         if line.startswith("{"):
             r = json.loads(line)
             cell = {"outcome": r["outcome"], "detail": r["detail"]}
-            if r["outcome"] == "FAIL":
+            # A FAIL keeps its evidence, and so does an UNSUPPORTED that made requests first (a
+            # client's declared limit met on the wire, e.g. a turn cut by the cap it cannot read).
+            if r["outcome"] == "FAIL" or (r["outcome"] == "UNSUPPORTED" and rec.of(client, r["scenario"])):
                 cell["exchanges"] = rec.of(client, r["scenario"])[-3:]
             rows[r["scenario"]] = cell
     if not rows:

@@ -7,6 +7,8 @@ import { complete, stream as piStream, Type } from "@mariozechner/pi-ai";
 import OpenAI from "openai";
 import { generateText, streamText, jsonSchema, tool } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { createAnthropic } from "@ai-sdk/anthropic";
+import Anthropic from "@anthropic-ai/sdk";
 
 const KEY = "local";
 
@@ -20,9 +22,35 @@ function piModel(api, { base, model, settings }) {
   };
 }
 
+// What a client cannot do, with the source that says so: the scenario that needs it is
+// UNSUPPORTED for that client, with this reason, instead of a FAIL the server cannot fix.
+const PI_RESPONSES_LIMITS = {
+  cutUsage: "pi-ai 0.73.1's openai-responses provider reads usage and stop reason only from "
+    + "response.completed (dist/providers/openai-responses-shared.js, processResponsesStream); a turn "
+    + "cut by max_output_tokens ends with response.incomplete (the official contract), so the client "
+    + "reports 0 tokens for it",
+};
+
+// The terminal event of each Responses stream the client read, seen on a copy of the wire (the
+// client's own parsing is untouched): it tells a turn cut by the cap (response.incomplete) from
+// a finished one when the client cannot.
+const terminals = [];
+function watchResponsesStreams() {
+  const fetch0 = globalThis.fetch;
+  globalThis.fetch = async (input, init) => {
+    const r = await fetch0(input, init);
+    if (/\/responses$/.test(String(input?.url ?? input))) {
+      terminals.push(r.clone().text().then((t) => (t.match(/"type"\s*:\s*"response\.(completed|incomplete|failed)"/g) || [""])
+        .pop().replace(/.*"response\./, "response.").replace(/"$/, "")).catch(() => ""));
+    }
+    return r;
+  };
+}
+
 function piAdapter(api) {
   return async (env) => {
     const model = piModel(api, env);
+    if (api === "openai-responses") watchResponsesStreams();
     const t = env.S.tool;
     const tools = [{ name: t.name, description: t.description, parameters: Type.Unsafe(t.parameters) }];
     const parking = { parked: null, chained: 0, resent: 0, off: false };
@@ -49,6 +77,7 @@ function piAdapter(api) {
         calls: msg.content.filter((b) => b.type === "toolCall").map((b) => ({ id: b.id, name: b.name, args: b.arguments })),
         usage: { input: msg.usage.input + (msg.usage.cacheRead || 0), output: msg.usage.output }, history: [msg],
         responseId: msg.responseId,
+        cut: api === "openai-responses" && (await terminals.at(-1)) === "response.incomplete",
       };
     }
     async function turn(h, o) {
@@ -73,7 +102,7 @@ function piAdapter(api) {
       cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 } }, stopReason: "stop", timestamp: Date.now() });
     const toolResult = (c, text) => ({ role: "toolResult", toolCallId: c.id, toolName: c.name,
       content: [{ type: "text", text }], isError: false, timestamp: Date.now() });
-    const a = { can: { stop: false, reasoning: true }, user, assistant, toolResult, turn, alwaysStreams: true,
+    const a = { can: { stop: false, reasoning: true }, limits: api === "openai-responses" ? PI_RESPONSES_LIMITS : {}, user, assistant, toolResult, turn, alwaysStreams: true,
       surface: api === "openai-responses" ? "responses" : "chat" };
     if (api === "openai-responses") a.chain = () => piChain(a, parking, env.S.chain);
     return a;
@@ -156,15 +185,50 @@ function openaiJs({ base, model, settings, S }) {
     toolResult: (c, text) => ({ role: "tool", tool_call_id: c.id, content: text }) };
 }
 
+function anthropicJs({ base, model, S }) {
+  const client = new Anthropic({ baseURL: base, apiKey: KEY, maxRetries: 0 });
+  const t = S.tool;
+  const tools = [{ name: t.name, description: t.description, input_schema: t.parameters }];
+  async function turn(h, o) {
+    const body = { model, messages: h, max_tokens: o.maxTokens, temperature: 0,
+      ...(o.tools ? { tools } : {}), ...(o.stop ? { stop_sequences: o.stop } : {}) };
+    if (o.reasoning) {  // the official minimum budget; no temperature with thinking
+      delete body.temperature;
+      Object.assign(body, { thinking: { type: "enabled", budget_tokens: 1024 }, max_tokens: 1024 + o.maxTokens });
+    }
+    const m = o.stream ? await client.messages.stream(body).finalMessage() : await client.messages.create(body);
+    const of = (type) => m.content.filter((b) => b.type === type);
+    return { text: of("text").map((b) => b.text).join(""), reasoning: of("thinking").map((b) => b.thinking).join(""),
+      calls: of("tool_use").map((b) => ({ id: b.id, name: b.name, args: b.input })),
+      usage: { input: m.usage.input_tokens, output: m.usage.output_tokens },
+      history: [{ role: "assistant", content: m.content }] };
+  }
+  return { can: { stop: true, reasoning: true }, turn, surface: "messages",
+    user: (text) => ({ role: "user", content: text }), assistant: (text) => ({ role: "assistant", content: text }),
+    toolResult: (c, text) => ({ role: "user", content: [{ type: "tool_result", tool_use_id: c.id, content: text }] }) };
+}
+
+// The Vercel AI SDK over one of its providers: @ai-sdk/openai-compatible (Chat Completions, with
+// the derived reasoning switch) or @ai-sdk/anthropic (Messages, with extended thinking).
 function vercelAi({ base, model, settings, S }) {
   const provider = createOpenAICompatible({ name: "bench", baseURL: `${base}/v1`, apiKey: KEY,
     includeUsage: settings.pi_compat.supportsUsageInStreaming });
+  return vercel(provider(model), { bench: { reasoningEffort: "high" } }, settings.pi_compat.supportsReasoningEffort, "chat", S);
+}
+
+function vercelAnthropic({ base, model, S }) {
+  const provider = createAnthropic({ baseURL: `${base}/v1`, apiKey: KEY });
+  return vercel(provider(model), { anthropic: { thinking: { type: "enabled", budgetTokens: 1024 } } }, true, "messages", S);
+}
+
+function vercel(languageModel, reasoningOptions, canReason, surface, S) {
   const t = S.tool;
   const tools = { [t.name]: tool({ description: t.description, inputSchema: jsonSchema(t.parameters) }) };
   async function turn(h, o) {
-    const args = { model: provider(model), messages: h, temperature: 0, maxOutputTokens: o.maxTokens, maxRetries: 0,
-      ...(o.tools ? { tools } : {}), ...(o.stop ? { stopSequences: o.stop } : {}),
-      ...(o.reasoning ? { providerOptions: { bench: { reasoningEffort: "high" } } } : {}) };
+    const args = { model: languageModel, messages: h, maxOutputTokens: o.maxTokens, maxRetries: 0,
+      ...(o.reasoning ? { providerOptions: reasoningOptions } : {}),
+      ...(o.reasoning && surface === "messages" ? {} : { temperature: 0 }),  // Anthropic: none with thinking
+      ...(o.tools ? { tools } : {}), ...(o.stop ? { stopSequences: o.stop } : {}) };
     let r;
     if (o.stream) {
       let err = null;
@@ -178,7 +242,7 @@ function vercelAi({ base, model, settings, S }) {
       usage: r.usage && r.usage.inputTokens !== undefined ? { input: r.usage.inputTokens, output: r.usage.outputTokens } : null,
       history: r.response.messages };
   }
-  return { can: { stop: true, reasoning: settings.pi_compat.supportsReasoningEffort }, turn, surface: "chat",
+  return { can: { stop: true, reasoning: canReason }, turn, surface,
     user: (text) => ({ role: "user", content: text }), assistant: (text) => ({ role: "assistant", content: text }),
     toolResult: (c, text) => ({ role: "tool", content: [{ type: "tool-result", toolCallId: c.id, toolName: c.name,
       output: { type: "text", value: text } }] }) };
@@ -189,4 +253,6 @@ export const ADAPTERS = {
   "pi-ai responses": piAdapter("openai-responses"),
   "openai (JS)": async (env) => openaiJs(env),
   "ai + openai-compatible": async (env) => vercelAi(env),
+  "anthropic (JS)": async (env) => anthropicJs(env),
+  "ai + anthropic": async (env) => vercelAnthropic(env),
 };

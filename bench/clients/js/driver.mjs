@@ -16,6 +16,8 @@ class Unsupported extends Error {}
 const need = (ok, why) => { if (!ok) throw new Unsupported(why); };
 const check = (ok, why) => { if (!ok) throw new Error(why); };
 const served = (name) => settings.served?.[name] !== false;
+// A turn cut by the cap whose usage this client cannot read (its declared limit, a.limits).
+const cutUnread = (r) => need(!(r.cut && a.limits?.cutUsage), `the turn was cut by the cap: ${a.limits?.cutUsage}`);
 
 function toolLoop(stream) {
   return async () => {
@@ -54,6 +56,7 @@ const SCENARIOS = {
   usage: async () => {
     if (!unary) await text();
     const u = unary.usage;
+    cutUnread(unary);
     check(u && u.input > 0 && u.output > 0, `usage ${JSON.stringify(u)}`);
     return `${u.input} in / ${u.output} out`;
   },
@@ -61,7 +64,8 @@ const SCENARIOS = {
     // The max-tokens field the settings chose is honoured (a server that ignores it runs on).
     const c = S.cap;
     const r = await a.turn([a.user(c.prompt)], { maxTokens: c.max_tokens });
-    // A zero count is no count (pi's Responses usage when the stream ends without response.completed).
+    cutUnread(r);
+    // A zero count is no count (what a client that cannot read the cut turn's usage reports).
     check(r.usage && r.usage.output > 0, `no usage to judge the cap by (${JSON.stringify(r.usage)}); text ${JSON.stringify(r.text.slice(0, 80))}`);
     check(r.usage.output <= c.max_tokens, `${r.usage.output} output tokens under a cap of ${c.max_tokens}`);
     return `${r.usage.output} output tokens (cap ${c.max_tokens})`;

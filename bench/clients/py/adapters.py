@@ -12,6 +12,10 @@ from typing import Any
 KEY = "local"
 
 
+class Unsupported(Exception):
+    """The scenario needs what the server lacks or the client cannot do (a declared limit)."""
+
+
 def _usage(i: Any, o: Any) -> dict[str, int] | None:
     return {"input": i, "output": o} if i is not None and o is not None else None
 
@@ -95,6 +99,11 @@ class OpenAIResponses:
         self.tools = [{"type": "function", "name": t["name"], "description": t["description"],
                        "parameters": t["parameters"]}]
         self.can = {"stop": False, "reasoning": True}
+        # What the client cannot do, with its source (see js/adapters.mjs's pi-ai limits).
+        self.limits = {"cut_stream": (
+            f"openai {openai.__version__}'s stream helper (lib/streaming/responses/_responses.py, "
+            "get_final_response) keeps a final response only from response.completed; a stream cut by "
+            "max_output_tokens ends with response.incomplete (the official contract), and the helper raises")}
 
     def user(self, text: str) -> Any:
         return {"role": "user", "content": text}
@@ -109,7 +118,15 @@ class OpenAIResponses:
         if not stream:
             return self.client.responses.create(**kw)
         with self.client.responses.stream(**kw) as s:
-            return s.get_final_response()
+            last = None
+            for event in s:
+                last = event.type
+            try:
+                return s.get_final_response()
+            except RuntimeError as e:  # only for a cut stream: the client's declared limit
+                if last != "response.incomplete":
+                    raise
+                raise Unsupported(f"the turn was cut by the cap: {self.limits['cut_stream']}") from e
 
     def turn(self, h: list[Any], max_tokens: int, tools: bool = False, stream: bool = False,
              stop: list[str] | None = None, reasoning: bool | None = None, **extra: Any) -> dict[str, Any]:

@@ -14,11 +14,11 @@ import sys
 import urllib.request
 from typing import Any
 
-from adapters import ADAPTERS
+import adapters
+import cli_adapters
+from adapters import Unsupported
 
-
-class Unsupported(Exception):
-    pass
+ADAPTERS = {**adapters.ADAPTERS, **cli_adapters.ADAPTERS}
 
 
 def need(ok: Any, why: str) -> None:
@@ -39,6 +39,11 @@ class Scenarios:
     def served(self, name: str) -> bool:
         return self.settings.get("served", {}).get(name) is not False
 
+    def limit(self, name: str) -> None:
+        """A client's declared limit (its adapter's `limits`, with the source that says so)."""
+        why = getattr(self.a, "limits", {}).get(name)
+        need(not why, f"client limit: {why}")
+
     def text(self) -> str:
         t = self.S["text"]
         self.unary = self.a.turn([self.a.user(t["prompt"])], max_tokens=t["max_tokens"])
@@ -56,6 +61,7 @@ class Scenarios:
         return repr(s["text"])
 
     def usage(self) -> str:
+        self.limit("usage")
         if self.unary is None:
             self.text()
         assert self.unary is not None
@@ -65,6 +71,7 @@ class Scenarios:
 
     def cap(self) -> str:
         """The max-tokens field the settings chose is honoured (a server that ignores it runs on)."""
+        self.limit("usage")  # the cap is judged by the usage reported
         c = self.S["cap"]
         r = self.a.turn([self.a.user(c["prompt"])], max_tokens=c["max_tokens"])
         u = r["usage"]
@@ -87,6 +94,7 @@ class Scenarios:
         return repr(r["text"])
 
     def _tools(self, stream: bool) -> str:
+        self.limit("tools")
         need(self.served("tools"), "the server takes no tools (settings: openai_sdk.tools false)")
         need(not stream or self.served("streaming"), "the server does not stream")
         if hasattr(self.a, "tool_loop"):  # agent frameworks run the loop themselves
