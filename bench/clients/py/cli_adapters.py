@@ -101,8 +101,10 @@ class Aider:
     """The coding CLI aider, one `--message` per turn, in ask mode (`--chat-mode ask`: answer,
     edit no file; its whole-file edit prompt is 1.2k tokens of instructions the embedded model
     was not trained on) with no git and no repo map, pointed at the server by
-    `--openai-api-base` and `--model openai/MODEL`. Its model-metadata cache is made empty and
-    fresh, so it does not fetch LiteLLM's price list from the network at start. A history is
+    `--openai-api-base` and `--model openai/MODEL`. At start it fetches LiteLLM's price list
+    from the network twice (LiteLLM's own at import, aider's model-metadata cache when empty or
+    stale): LITELLM_LOCAL_MODEL_COST_MAP and a fresh cache holding the served model stop both
+    (`strace -e connect` then shows connections to the server only). A history is
     aider's own: `--restore-chat-history` resends the earlier turns (the model's answers, as for
     `llm`). The answer is read from its chat history file."""
 
@@ -119,13 +121,14 @@ class Aider:
     def _aider(self, cwd: str, prompt: str, stream: bool, restore: bool = False) -> str:
         caches = Path(cwd) / ".aider" / "caches"
         caches.mkdir(parents=True, exist_ok=True)
-        (caches / "model_prices_and_context_window.json").write_text("{}")
+        (caches / "model_prices_and_context_window.json").write_text(  # an empty one counts as stale
+            json.dumps({f"openai/{self.model}": {"litellm_provider": "openai", "mode": "chat"}}))
         argv = [str(CACHE / "aider" / "bin" / "aider"), "--message", prompt, "--no-git", "--yes-always",
                 "--openai-api-base", self.base + "/v1", "--openai-api-key", "local", "--model", f"openai/{self.model}",
                 "--chat-mode", "ask", "--map-tokens", "0", "--no-check-update", "--analytics-disable",
                 "--no-show-release-notes", "--no-show-model-warnings", "--no-pretty", "--no-fancy-input",
                 "--stream" if stream else "--no-stream", *(["--restore-chat-history"] if restore else [])]
-        run(argv, {"HOME": cwd}, cwd)
+        run(argv, {"HOME": cwd, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, cwd)
         # The last answer in its chat history: the lines after the last `#### prompt` line, up to
         # its `> Tokens:` report.
         lines = (Path(cwd) / ".aider.chat.history.md").read_text().splitlines()
