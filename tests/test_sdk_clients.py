@@ -161,3 +161,16 @@ def test_client_scenarios_pass_with_the_derived_settings(harness, client):
     # What each client supports against colibri serve: all but what the client cannot ask for.
     assert ran == [n for n in s["order"] if n not in {"openai (Python)": {"chain"}, "anthropic (Python)": {"chain"},
                                                       "openai Responses (Python)": {"stop"}}[client]]
+
+
+def test_a_cut_responses_stream_is_the_helpers_declared_limit(harness):
+    """colibri ends a stream cut by max_output_tokens with response.incomplete (the official
+    contract); the SDK's stream helper raises on it, which the adapter reports as its declared
+    limit, not as a FAIL. Uncut, the same helper returns the answer."""
+    adapters, scenarios, url, model, settings, rec = harness
+    s = json.loads((HARNESS / "scenarios.json").read_text())
+    a = adapters.ADAPTERS["openai Responses (Python)"](base=url, model=model, settings=settings, S=s)
+    with pytest.raises(scenarios.Unsupported, match="cut by the cap: openai .*response.completed"):
+        a.turn([a.user(s["cap"]["prompt"])], max_tokens=s["cap"]["max_tokens"], stream=True)
+    r = a.turn([a.user(s["text"]["prompt"])], max_tokens=s["text"]["max_tokens"], stream=True)
+    assert r["text"] == "hello world"

@@ -1,0 +1,66 @@
+"""The clients harness's own logic (bench/clients/), without clients or servers: how install.py
+reads a requirement and decides to reinstall, and how matrix.py shows a FAIL and a client's
+declared limit met on the wire."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[1] / "bench" / "clients"
+
+
+@pytest.fixture(scope="module")
+def mods():
+    sys.path.insert(0, str(HARNESS))
+    try:
+        import install
+        import matrix
+        yield install, matrix
+    finally:
+        sys.path.remove(str(HARNESS))
+
+
+@pytest.mark.parametrize("spec,name", [("openai", "openai"), ("pydantic-ai-slim[openai]", "pydantic-ai-slim"),
+                                       ("llm==0.36", "llm"), ("@ai-sdk/anthropic@3.0.140", "@ai-sdk/anthropic"),
+                                       ("@mariozechner/pi-ai", "@mariozechner/pi-ai")])
+def test_package_named_by_a_requirement(mods, spec, name):
+    assert mods[0].package(spec) == name
+
+
+def test_a_changed_client_list_installs_again(mods, tmp_path):
+    install = mods[0]
+    assert not install.installed(tmp_path, ["openai"])
+    (tmp_path / install.STAMP).write_text("openai\n")
+    assert install.installed(tmp_path, ["openai"])
+    assert not install.installed(tmp_path, ["openai", "llm==0.36"])
+
+
+def doc(outcome: str, exchanges: list[dict[str, object]]) -> dict[str, object]:
+    ex = {"method": "POST", "path": "/v1/responses", "status": 200, "request": "{}", "response": "response.incomplete"}
+    return {"server": "s", "model": "m", "date": "d", "wall_seconds": 1, "settings": {},
+            "clients": {"pi-ai responses": {"scenarios": {
+                "text": {"outcome": "PASS", "detail": "ok"},
+                "cap": {"outcome": outcome, "detail": "the turn was cut by the cap: why",
+                        **({"exchanges": [ex]} if exchanges else {})},
+                "stop": {"outcome": "UNSUPPORTED", "detail": "the client has no stop option"}}}}}
+
+
+def test_a_declared_limit_met_on_the_wire_is_shown_with_its_reason(mods):
+    matrix = mods[1]
+    d = doc("UNSUPPORTED", [{}])
+    assert matrix.cell(d, "pi-ai responses", "text") == "PASS 1/3"
+    page = matrix.server_page(d, {"*/pi-ai responses/cap": "pi reads usage only from response.completed"})
+    assert "## pi-ai responses cap (client limit)" in page
+    assert "**Why:** pi reads usage only from response.completed" in page and "response.incomplete" in page
+    assert "No FAIL" in page and "pi-ai responses stop (client limit)" not in page  # no requests made
+
+
+def test_a_fail_links_to_its_section_and_says_whose_fault(mods):
+    matrix = mods[1]
+    d = doc("FAIL", [{}])
+    assert matrix.cell(d, "pi-ai responses", "text") == "[FAIL 1/2](s.md#pi-ai-responses-cap)"
+    page = matrix.server_page(d, {"s/pi-ai responses/cap": "**server.** because"})
+    assert "## pi-ai responses cap\n\n**Fault:** **server.** because" in page
+    assert "not reviewed yet" in matrix.server_page(d, {})
