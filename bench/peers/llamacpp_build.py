@@ -49,6 +49,17 @@ def ensure_sdist() -> Path:
     return want
 
 
+def _source_tree() -> Path:
+    """The sdist unpacked in src/ (unpacked again when incomplete)."""
+    sdist = ensure_sdist()
+    tree = SRC / sdist.name.removesuffix(".tar.gz")
+    if not (tree / "vendor" / "llama.cpp" / "CMakeLists.txt").exists():
+        shutil.rmtree(tree, ignore_errors=True)
+        with tarfile.open(sdist) as t:
+            t.extractall(SRC, filter="data")
+    return tree
+
+
 def _flags() -> str:
     return " ".join([*CMAKE_FLAGS, *(f"{k}={v}" for k, v in COMPILER_ENV.items())])
 
@@ -70,12 +81,7 @@ def ensure_llama_server() -> Path:
         with step(f"{', '.join(missing)} (incremental, -j2) into {BUILD}"):
             sh(["cmake", "--build", BUILD, "--target", *missing, "-j2"], "llama-server-install", env=COMPILER_ENV)
         return LLAMA_SERVER
-    sdist = ensure_sdist()
-    tree = SRC / sdist.name.removesuffix(".tar.gz")
-    if not (tree / "vendor" / "llama.cpp" / "CMakeLists.txt").exists():
-        shutil.rmtree(tree, ignore_errors=True)
-        with tarfile.open(sdist) as t:
-            t.extractall(SRC, filter="data")
+    tree = _source_tree()
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     with step(f"llama-server + llama-bench (cmake {' '.join(generator) or 'make'}, -j2) into {BUILD}"):
         shutil.rmtree(BUILD, ignore_errors=True)  # CFLAGS are read only when the cache is first made
@@ -84,6 +90,35 @@ def ensure_llama_server() -> Path:
         sh(["cmake", "--build", BUILD, "--target", *TARGETS, "-j2"], "llama-server-install", env=COMPILER_ENV)
         FLAGS_STAMP.write_text(_flags())
     return LLAMA_SERVER
+
+
+# The same revision built for a CPU without AVX-512 (issue 52's AVX2 comparison): no -march=native,
+# AVX2 + FMA + F16C (+ the SSE/AVX/BMI2 levels below them, on by default once native is off), every
+# AVX-512, VNNI and AMX option off. Only llama-bench: the comparison is the engines', not the servers'.
+BUILD_AVX2 = CACHE / "llama.cpp" / "build-avx2"
+LLAMA_BENCH_AVX2 = BUILD_AVX2 / "bin" / "llama-bench"
+AVX2_FLAGS = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+              "-DGGML_BMI2=ON", "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VBMI=OFF",
+              "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
+              "-DGGML_AMX_BF16=OFF"]
+AVX2_STAMP = BUILD_AVX2 / "colibri-peers-flags.txt"
+
+
+def ensure_llama_bench_avx2() -> Path:
+    """llama-bench built for AVX2 only, in its own build tree; rebuilt when missing or built with other flags."""
+    flags = " ".join([*CMAKE_FLAGS, *AVX2_FLAGS])
+    if LLAMA_BENCH_AVX2.exists() and AVX2_STAMP.exists() and AVX2_STAMP.read_text() == flags:
+        return LLAMA_BENCH_AVX2
+    tree = _source_tree()
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    with step(f"llama-bench for AVX2 only (cmake, -j2) into {BUILD_AVX2}"):
+        shutil.rmtree(BUILD_AVX2, ignore_errors=True)
+        sh(["cmake", "-S", tree / "vendor" / "llama.cpp", "-B", BUILD_AVX2, *generator, *CMAKE_FLAGS, *AVX2_FLAGS],
+           "llama-bench-avx2-install")
+        sh(["nice", "-n", "10", "cmake", "--build", BUILD_AVX2, "--target", "llama-bench", "-j2"],
+           "llama-bench-avx2-install")
+        AVX2_STAMP.write_text(flags)
+    return LLAMA_BENCH_AVX2
 
 
 def llama_server_version() -> str:
