@@ -19,7 +19,7 @@ Per stream: TTFT (request sent to the first chunk with text) and decode tok/s ((
 first to last text chunk; colibri may put several tokens in one chunk, so the count is the usage's,
 not the chunks'); per round, the aggregate (all streams' tokens over the wall time from the first
 request sent to the last stream's end, TTFT included). Each figure is the best over the rounds (TTFT
-the lowest). `uptime` is recorded with every round; results go to bench/results/http-stream.json.
+the lowest). `uptime` is recorded with every round; results go to bench/results/http-stream-tT.json.
 """
 from __future__ import annotations
 
@@ -132,9 +132,10 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128, help="tokens every stream generates (default 128)")
     ap.add_argument("--streams", default="1,4", help="concurrent streams, comma-separated (default 1,4)")
     ap.add_argument("--threads", type=int, default=2, help="engine threads of both servers (default 2)")
-    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "http-stream.json")
+    ap.add_argument("--json", type=Path, default=None, help="default bench/results/http-stream-tTHREADS.json")
     args = ap.parse_args()
     conc = [int(n) for n in args.streams.split(",")]
+    args.json = args.json or ROOT / "bench" / "results" / f"http-stream-t{args.threads}.json"
     if 100 + 29 * (args.rounds * len(conc) * 4) + 12 > 999:
         ap.error("too many rounds for distinct three-digit prompts")
     ensure_llama_server()
