@@ -47,11 +47,16 @@ def fault_of(faults: dict[str, Any], server: str, client: str, scenario: str) ->
     return "not reviewed yet"
 
 
+def shown(body: str, room: int = 3000) -> str:
+    """A kept body on the page: its start and its end, where a stream's terminal event is."""
+    return body if len(body) <= room else body[:room // 2] + "\n[...]\n" + body[-room // 2:]
+
+
 def exchanges(r: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     for e in r.get("exchanges", []):
-        lines += [f"`{e['method']} {e['path']}` -> {e['status']}", "", "```", e["request"][:1200], "```",
-                  "", "```", e["response"][:1200], "```", ""]
+        lines += [f"`{e['method']} {e['path']}` -> {e['status']}", "", "```", shown(e["request"]), "```",
+                  "", "```", shown(e["response"]), "```", ""]
     return lines
 
 
