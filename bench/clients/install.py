@@ -1,7 +1,9 @@
 """The real client libraries, installed outside the repository (~/.cache/colibri-clients, or
-$COLI_CLIENTS_CACHE) like the peers are: a venv with the Python clients and a node_modules with
-the JS ones. Each is rebuilt when it is missing (its stamp is written after the last install
-command), so a re-run costs nothing and a half-done install is redone."""
+$COLI_CLIENTS_CACHE) like the peers are: a venv with the Python clients (and the `llm` CLI), a
+venv of its own for aider, and a node_modules with the JS ones. Each is installed again when it
+is missing or its list changed (its stamp, written after the last install command, holds the
+list), so a re-run costs nothing, a half-done install is redone and a client added or re-pinned
+is installed."""
 from __future__ import annotations
 
 import json
