@@ -4,9 +4,11 @@ history), configured from the derived settings only, with every host but the loc
 refused (CLI_ENV), so a CLI that phones home fails fast instead of reaching the network."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -52,6 +54,7 @@ class LlmCli:
         import yaml
 
         self.home = tempfile.mkdtemp(prefix="colibri-llm-")
+        atexit.register(shutil.rmtree, self.home, True)
         entry = {"model_id": "bench", "model_name": model, "api_base": base + "/v1", "supports_tools": True}
         if settings["served"].get("streaming") is False:
             entry["can_stream"] = False
@@ -142,11 +145,11 @@ class Aider:
 
     def turn(self, h: list[Any], max_tokens: int, tools: bool = False, stream: bool = False,
              stop: list[str] | None = None, reasoning: bool | None = None) -> dict[str, Any]:
-        cwd = tempfile.mkdtemp(prefix="colibri-aider-")
         earlier = [e["content"] for e in h[:-1] if e["role"] == "user"]
-        for i, q in enumerate(earlier):
-            self._aider(cwd, q, False, restore=bool(i))
-        text = self._aider(cwd, h[-1]["content"], stream, restore=bool(earlier))
+        with tempfile.TemporaryDirectory(prefix="colibri-aider-") as cwd:
+            for i, q in enumerate(earlier):
+                self._aider(cwd, q, False, restore=bool(i))
+            text = self._aider(cwd, h[-1]["content"], stream, restore=bool(earlier))
         return {"text": text, "reasoning": "", "calls": [], "history": [], "usage": None}
 
 
