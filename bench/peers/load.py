@@ -5,9 +5,12 @@ OUT/summary.json, which `colibri-conform compat` reads for the matrix's "under l
     nice -n 10 python bench/peers/load.py --only colibri mockllm litellm --duration 60 --out docs/compat/load
     nice -n 10 python bench/peers/load.py --only colibri --users 64 --duration 120   # the Done-when run
     python bench/peers/load.py --compat docs/compat --readme README.md               # only refresh the matrix
+    python bench/peers/load.py --pages vllm      # rewrite a page from its stored reports (after editing OUT/repro/)
 
 Every FAIL on a page comes with what reproduces it: the curl of the request that showed it,
-where one request does, and the load command (users, duration, the rule) where only a load does.
+where one request does, and the load command (users, duration, the rule) where only a load does;
+OUT/repro/NAME.md, where it exists, holds the short scripts written from the evidence and run
+against the server, and is appended to the page.
 colibri's servers run with --batch-invariant (its engine promises bit-identical rows); the
 others do not promise it, so their greedy divergence is a rate under a SHOULD rule.
 """
@@ -49,11 +52,13 @@ def run_peer(name: str, users: list[int], duration: float, out: Path, profiles: 
         for n in users:
             run_name = f"{name}-{n}"
             cmd = load_command(base, peer.model, n, duration, out, run_name, name, profiles)
-            say(f"{run_name}: {' '.join(cmd)}  (load average {os.getloadavg()[0]:.1f})")
+            before = round(os.getloadavg()[0], 1)
+            say(f"{run_name}: {' '.join(cmd)}  (load average {before:.1f})")
             t0 = time.monotonic()
             code = subprocess.call(["nice", "-n", "10", *cmd], stdin=subprocess.DEVNULL)
             result["runs"][str(n)] = {"exit_code": code, "wall_seconds": round(time.monotonic() - t0, 1),
-                                      "load_average": round(os.getloadavg()[0], 1), **summarize(out / f"{run_name}.json")}
+                                      "load_average_before": before, "load_average": round(os.getloadavg()[0], 1),
+                                      **summarize(out / f"{run_name}.json")}
     finally:
         stop(proc)
         if upstream:
@@ -107,7 +112,19 @@ def page(name: str, result: dict[str, Any], out: Path, duration: float) -> str:
                       f"colibri-conform load --base-url $BASE --users {n} --duration {duration:g}{profiles}"
                       + (" --batch-invariant" if name in BATCH_INVARIANT else "") + f" --json out.json  # {rule['id']}",
                       "```", ""]
+    repro = out / "repro" / f"{name}.md"  # hand-written reproductions, each run against the server
+    if repro.is_file():
+        lines += [repro.read_text().rstrip(), ""]
     return "\n".join(lines)
+
+
+def stored_result(name: str, out: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """What page() needs, rebuilt from the stored reports and summary.json (no run)."""
+    s = summary[name]
+    runs = {n: {**r, **summarize(out / f"{name}-{n}.json")} for n, r in s["runs"].items()}
+    first = out / f"{name}-{next(iter(runs))}.json"
+    model = json.loads(first.read_text())["model"] if first.is_file() else ""
+    return {"version": s["version"], "model": model, "runs": runs, "profiles": s.get("profiles", [])}
 
 
 def refresh_matrix(compat: Path, readme: Path | None) -> None:
@@ -131,18 +148,24 @@ def main(argv: list[str]) -> int:
     p.add_argument("--duration", type=float, default=60.0)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "compat" / "load")
     p.add_argument("--profile", action="append", default=[], help="passed to colibri-conform load (default: its own)")
+    p.add_argument("--pages", nargs="+", default=[], metavar="NAME",
+                   help="only rewrite these servers' pages from their stored reports (after editing OUT/repro/NAME.md)")
     p.add_argument("--compat", type=Path, help="afterwards, refresh this published matrix (docs/compat) from its own runs")
     p.add_argument("--readme", type=Path, help="with --compat: also the headline table of this README")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     summary_file = a.out / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    for name in a.pages:
+        s = summary[name]
+        (a.out / f"{name}.md").write_text(page(name, stored_result(name, a.out, summary), a.out, s["duration_seconds"]))
     for name in a.only:
         result = run_peer(name, a.users, a.duration, a.out, a.profile)
         (a.out / f"{name}.md").write_text(page(name, result, a.out, a.duration))
         summary[name] = {"version": result["version"], "duration_seconds": a.duration, "profiles": a.profile,
                          "runs": {n: {k: r.get(k) for k in ("verdict", "failures", "non_strict", "requests", "ok",
-                                                           "refused", "requests_per_s", "load_average", "started")}
+                                                           "refused", "requests_per_s", "load_average_before",
+                                                           "load_average", "wall_seconds", "started")}
                                   for n, r in result["runs"].items()}}
         summary_file.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
         say(f"{name}: " + ", ".join(f"{n} users {r['verdict']}" for n, r in result["runs"].items()))
