@@ -260,3 +260,51 @@ def test_every_plan_item_is_sent_whatever_the_plan_length_and_the_disconnect_rat
     sh = Shared(Plan(items), None, "http://x", {}, "m", 60.0, disconnect_every=10)
     picks = [sh.next_item() for _ in range(22)]
     assert sum(p is None for p in picks) == 2 and {p.key for p in picks if p} == {f"k{n}" for n in range(10)}
+
+
+class _Closer:
+    """A raw HTTP server on a loopback port: the first `drop` connections are closed without an
+    answer (a kept-alive connection the server closed just as the client reused it), the others
+    get the start of an SSE stream."""
+
+    def __init__(self, drop: int):
+        import socket
+        import threading
+
+        self.drop, self.seen = drop, 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                self.seen += 1
+                if self.seen > self.drop:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+                                 b'data: {"choices":[{"index":0,"delta":{"content":"1"}}]}\n\n')
+
+
+def test_load_requests_none_lost_a_disconnecting_client_retries_a_connection_closed_before_any_answer():
+    """A server closing a connection just as it is reused lost nothing (HttpTarget.send retries
+    that race once on a fresh connection, and so does the disconnecting client); a request that
+    gets no answer on the fresh connection either is lost, with the transport error as evidence."""
+    from conformance.load.judge import disconnect
+    from conformance.targets import HttpTarget
+
+    raced = _Closer(drop=1)
+    r = disconnect(HttpTarget(raced.base, {}, timeout=5, model="m"), "m", 5.0)
+    assert (r.status, r.lost, r.disconnected, r.evidence, raced.seen) == (200, None, True, {}, 2)
+    dead = _Closer(drop=99)
+    r = disconnect(HttpTarget(dead.base, {}, timeout=5, model="m"), "m", 5.0)
+    assert (r.status, r.lost, r.disconnected, dead.seen) == (0, "reset", False, 2)
+    ev = r.evidence["load.requests.none-lost reset"]
+    assert ev["request"]["path"] == "/v1/chat/completions" and "Count from 1 to 60" in ev["request"]["body"]
+    assert ev["response"]["transport_error"].startswith("RemoteProtocolError")
+    dead.sock.close()
+    raced.sock.close()

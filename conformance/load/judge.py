@@ -255,7 +255,10 @@ def _text(value: Any, limit: int = 600) -> str:
 def disconnect(target: Any, model: str, deadline: float) -> Record:
     """A client that leaves: a long streamed chat request, closed after the first bytes of its
     answer (load.disconnect.frees-capacity). Its status is recorded; it is lost only when the
-    server broke it off before answering."""
+    server broke it off before answering. As HttpTarget.send does, a kept-alive connection the
+    server closed just as it was reused (nothing came back) is tried once more on a fresh one:
+    HTTP lets either side close an idle connection at any time (RFC 9112 9.6), so that race is
+    not a lost request."""
     import httpx
 
     from .plan import DISCONNECT_REQUEST
@@ -263,14 +266,31 @@ def disconnect(target: Any, model: str, deadline: float) -> Record:
     body = json.dumps(dict(DISCONNECT_REQUEST, model=model)).encode()
     rec = Record("disconnect", "chat", "stream", time.time(), 0.0)
     t0 = time.perf_counter()
+    for fresh in (False, True):
+        try:
+            _leave_stream(httpx.Client(timeout=deadline) if fresh else target.client, target, body, deadline, rec)
+            rec.lost = None
+            rec.evidence.clear()  # the first attempt's race, if any: the request was answered
+            break
+        except (httpx.HTTPError, OSError) as e:
+            rec.lost = "timeout" if isinstance(e, httpx.TimeoutException) else "reset"
+            ex = Exchange("POST", "/v1/chat/completions", {"Content-Type": "application/json"}, body)  # no key in it
+            ex.status, ex.elapsed, ex.transport_error = rec.status, time.perf_counter() - t0, f"{type(e).__name__}: {e}"
+            rec.evidence[f"load.requests.none-lost {rec.lost}"] = ex.to_dict()
+            if rec.status or not isinstance(e, (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)):
+                break
+    rec.elapsed = time.perf_counter() - t0
+    return rec
+
+
+def _leave_stream(client: Any, target: Any, body: bytes, deadline: float, rec: Record) -> None:
     try:
-        with target.client.stream("POST", target.base + "/v1/chat/completions", content=body, timeout=deadline,
-                                  headers=target.default_headers | {"Content-Type": "application/json"}) as r:
+        with client.stream("POST", target.base + "/v1/chat/completions", content=body, timeout=deadline,
+                           headers=target.default_headers | {"Content-Type": "application/json"}) as r:
             rec.status = r.status_code
             for _ in r.iter_bytes():
                 rec.disconnected = r.status_code == 200
                 break  # leaving the block closes the connection with the answer unread
-    except (httpx.HTTPError, OSError) as e:
-        rec.lost = "timeout" if isinstance(e, httpx.TimeoutException) else "reset"
-    rec.elapsed = time.perf_counter() - t0
-    return rec
+    finally:
+        if client is not target.client:
+            client.close()
