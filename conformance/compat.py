@@ -100,7 +100,9 @@ def carried_runs(out: Path, fresh: set[str]) -> list[Run]:
 def curl_for(evidence: dict[str, Any], base: str = "$BASE") -> str:
     """The request of an exchange as a curl command line ($BASE: the server's root URL)."""
     req = evidence["request"]
-    parts = ["curl", "-sS", "-i", "-X", req["method"], shlex.quote(base + req["path"])]
+    # A shell variable stays outside the single quotes, so that the pasted line expands it.
+    url = f'"{base}"{shlex.quote(req["path"])}' if base.startswith("$") else shlex.quote(base + req["path"])
+    parts = ["curl", "-sS", "-i", "-X", req["method"], url]
     for k, v in req["headers"].items():
         if k.lower() not in ("content-length", "host"):
             parts += ["-H", shlex.quote(f"{k}: {v}")]

@@ -308,3 +308,18 @@ def test_load_requests_none_lost_a_disconnecting_client_retries_a_connection_clo
     assert ev["response"]["transport_error"].startswith("RemoteProtocolError")
     dead.sock.close()
     raced.sock.close()
+
+
+def test_a_reproducing_curl_expands_base_when_pasted_into_a_shell():
+    """The curl lines on the load and compat pages name the server as $BASE: it must not sit in
+    single quotes, or the pasted line asks for the literal URL '$BASE/v1/...'."""
+    import subprocess
+
+    from conformance.compat import curl_for
+
+    ev = {"request": {"method": "POST", "path": "/v1/chat/completions", "headers": {"Content-Type": "application/json"},
+                      "body": '{"model": "m", "messages": [{"role": "user", "content": "it\'s"}]}'}}
+    line = curl_for(ev)
+    argv = subprocess.run(["bash", "-c", f'BASE=http://127.0.0.1:9; printf "%s\\n" {line.removeprefix("curl ")}'],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "http://127.0.0.1:9/v1/chat/completions" in argv and ev["request"]["body"] in argv
