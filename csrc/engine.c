@@ -1167,8 +1167,9 @@ static int four_bit(dtype_t t) { return t == DT_Q4_0 || t == DT_Q4_1 || t == DT_
 static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const char *const *src, const long *d_of,
                        int n_src, long n, matrix *out) {
     long d = 0;
-    int q4 = 1, half = 0, narrow = 1;
+    int q4 = 1, half = 0, narrow = 1, q8 = 1;
     for (int i = 0; i < n_src; i++) {
+        q8 = q8 && tsr[i]->dtype == DT_Q8_0;
         d += d_of[i];
         q4 = q4 && four_bit(tsr[i]->dtype);
         half = half || per_half(tsr[i]->dtype);
@@ -1198,7 +1199,7 @@ static int bind_blocks(colibri_engine *e, const tensor_info *const *tsr, const c
     }
     e->owned[e->n_owned++] = (float *)p;
     *out = (matrix){.kind = half ? W_Q16 : W_Q32, .n = (int)n, .d = (int)d, .p = p, .scale = scale,
-                    .min = min, .narrow = narrow, .nibbles = q4};
+                    .min = min, .narrow = narrow, .nibbles = q4, .q8 = q8 && !half};
     return COLIBRI_OK;
 }
 

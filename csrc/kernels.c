@@ -327,41 +327,55 @@ static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a)
 
 /* How the tile kernels read a weight block: QF_NIBBLES (quants in nibbles), QF_NARROW (bytes,
  * every quant below 64: one 16-bit pass is exact with AVX2) or QF_WIDE (a Q8_0 part). */
-enum { QF_WIDE, QF_NIBBLES, QF_NARROW };
+enum { QF_WIDE, QF_NIBBLES, QF_NARROW, QF_Q8 };
 
 #ifdef HAVE_AVX2
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#define QDOT_EXACT 1  /* qdot8 is one u8 x s8 -> i32 instruction: no byte can saturate it */
+#else
+#define QDOT_EXACT 0
+#endif
+
 /* The AVX2 tile (see qtile) for W_Q32 (half = 0: a scale and min per block, input sums per
  * block) and W_Q16 (half = 1: per 16 values, input sums per half block). A block's 32 products
  * land in eight int32 lanes, lanes 0-3 from values 0-15, so one vector holding each half's scale
- * applies both. Weights below 64 take one 16-bit pass. QF_WIDE bytes (Q8_0's int8 + 128) could
- * saturate it: q - 128 is multiplied instead, its magnitude against the input with its sign
- * moved onto the input (at most 128 x 127 x 2), and the 128 Σa left out is added at the end as
- * 128 Σ scale (scale_a Σa) over the blocks or halves. */
+ * applies both; its product with the input block's scale is one vector multiply of two
+ * broadcasts (the same float product per lane as a scalar one: the sums do not change). Weights
+ * below 64 take one 16-bit pass, and on the VNNI paths every byte does. Without VNNI, QF_WIDE
+ * bytes (Q8_0's int8 + 128) could saturate it: q - 128 is multiplied instead, its magnitude
+ * against the input with its sign moved onto the input (at most 128 x 127 x 2), and the 128 Σa
+ * left out is added at the end as 128 Σ scale (scale_a Σa) over the blocks or halves. */
 static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, const qrow *w, int nb,
                                                            const int8_t *aq, const float *ad, const float *sums, int n,
                                                            int form, int half, int OB, int RB) {
     const int ns = half ? 2 * nb : nb;  /* scales, mins and input sums per row */
+    /* QF_Q8 (every part Q8_0) takes the sign trick on every path: its min term, -128 x scale, and
+     * the 128 Σa the trick leaves out cancel exactly, so neither is computed */
+    const int sign_trick = form == QF_Q8 || (form == QF_WIDE && !QDOT_EXACT);
     __m256 acc[2][4];
     zero_tile(acc, OB, RB);
     for (int b = 0; b < nb; b++) {
         __m256i a[4];
+        __m256 x[4];
         input_blocks(a, aq, n, b, RB);
+        for (int r = 0; r < RB; r++) x[r] = _mm256_broadcast_ss(ad + (size_t)b * 4 + r);
         for (int o = 0; o < OB; o++) {
             const __m256i wv = qweights8(&w[o], b, form == QF_NIBBLES);
             const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80)), wabs = _mm256_abs_epi8(ws);
-            const float s0 = w[o].scale[half ? 2 * b : b], s1 = w[o].scale[half ? 2 * b + 1 : b];
+            const __m256 sv = half ? _mm256_set_m128(_mm_broadcast_ss(w[o].scale + 2 * b + 1),
+                                                     _mm_broadcast_ss(w[o].scale + 2 * b))
+                                   : _mm256_broadcast_ss(w[o].scale + b);
             for (int r = 0; r < RB; r++) {
-                const float x = ad[(size_t)b * 4 + r];
-                const __m256i dot = form == QF_WIDE ? qdot8(wabs, _mm256_sign_epi8(a[r], ws)) : qdot8(wv, a[r]);
-                acc[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
-                                            _mm256_set_m128(_mm_set1_ps(s1 * x), _mm_set1_ps(s0 * x)), acc[o][r]);
+                const __m256i dot = sign_trick ? qdot8(wabs, _mm256_sign_epi8(a[r], ws)) : qdot8(wv, a[r]);
+                acc[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sv, x[r]), acc[o][r]);
             }
         }
     }
     for (int o = 0; o < OB; o++)
         for (int r = 0; r < RB; r++) {
-            float t = hsum8(acc[o][r]) + min_term(w[o].min, sums + (size_t)r * ns, ns);
-            if (form == QF_WIDE) t += 128.0f * min_term(w[o].scale, sums + (size_t)r * ns, ns);
+            float t = hsum8(acc[o][r]);
+            if (form != QF_Q8) t += min_term(w[o].min, sums + (size_t)r * ns, ns);
+            if (sign_trick && form != QF_Q8) t += 128.0f * min_term(w[o].scale, sums + (size_t)r * ns, ns);
             out[o + (size_t)r * d] = t;
         }
 }
@@ -492,6 +506,8 @@ void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows,
                     }
                 } else if (q4) {
                     QTILE(qtile, as, QF_NIBBLES)
+                } else if (w->q8) {
+                    QTILE(qtile, as, QF_Q8)
                 } else if (w->narrow) {
                     QTILE(qtile, as, QF_NARROW)
                 } else {

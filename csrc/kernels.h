@@ -48,6 +48,7 @@ typedef struct {
     float *min;      /* blocks only: (d, n/32); W_Q16: (d, n/16) */
     int narrow;      /* blocks: every quant is below 64 (no Q8_0 part), so one 16-bit product pass is exact */
     int nibbles;     /* blocks: quants two to a byte, 16 bytes a block (every part 4-bit or less) */
+    int q8;          /* W_Q32 blocks, every part Q8_0: min = -128 x scale in every block */
 } matrix;
 
 /* A block kernel's inputs quantized per 32-value block (see quantize_rows in kernels.c), in the
