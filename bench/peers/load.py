@@ -61,7 +61,7 @@ def with_threads(peer: Any, n: int) -> Any:
 def load_command(base: str, model: str, users: int, duration: float, out: Path, name: str, peer: str,
                  profiles: list[str]) -> list[str]:
     cmd = [*conform_command(), "load", "--base-url", base + "/v1", "--model", model, "--users", str(users),
-           "--duration", str(duration), "-q", "--json", str(out / f"{name}.json"), "--html", str(out / f"{name}-html")]
+           "--duration", str(duration), "-q", "--json", str(out / f"{name}.json")]
     cmd += [x for p in profiles for x in ("--profile", p)]
     return cmd + (["--batch-invariant"] if peer in BATCH_INVARIANT else [])
 
@@ -91,6 +91,17 @@ def run_peer(name: str, users: list[int], duration: float, out: Path, profiles: 
         if upstream:
             stop(upstream[0])
     return result
+
+
+def html_pages(out: Path) -> None:
+    """OUT/NAME-html/index.html for every stored report, all drawn by one OUT/report.js (as
+    docs/compat/html/ is) rather than each page carrying its own copy of the renderer."""
+    from conformance.report import write_assets, write_html
+
+    write_assets(out)
+    for report in sorted(out.glob("*.json")):
+        if report.name != "summary.json":
+            write_html(json.loads(report.read_text()), out / f"{report.stem}-html", assets="../")
 
 
 def summarize(report: Path) -> dict[str, Any]:
@@ -204,6 +215,8 @@ def main(argv: list[str]) -> int:
                                   for n, r in result["runs"].items()}}
         summary_file.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
         say(f"{name}: " + ", ".join(f"{n} users {r['verdict']}" for n, r in result["runs"].items()))
+    if a.only or a.pages:
+        html_pages(a.out)
     if a.compat:
         refresh_matrix(a.compat, a.readme)
     return 0
