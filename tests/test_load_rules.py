@@ -14,7 +14,7 @@ from conformance.differential import Reference
 from conformance.exchange import Exchange
 from conformance.load.fold import Idle, fold_load
 from conformance.load.fold import Settings as LoadSettings
-from conformance.load.judge import Judge, Record, retry_after_ok
+from conformance.load.judge import DONE_UNFINISHED, Judge, Record, ending, retry_after_ok
 from conformance.load.plan import Item, build, neutral_reason
 from conformance.suite import REMOTE_DEFAULT, Selection
 from conformance.targets import InProcessTarget
@@ -73,6 +73,26 @@ def test_load_requests_none_lost_a_reset_and_a_cut_stream_fail(spec):
     r = bad["load.requests.none-lost"]
     assert r.outcome == "FAIL"
     assert {v.result.failure.check for v in r.vectors} == {"reset", "stream end"}
+
+
+def _stream(*chunks: dict) -> Exchange:
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    return Exchange("POST", "/v1/chat/completions", {}, b"{}", 200, {"content-type": "text/event-stream"}, body)
+
+
+def test_load_requests_none_lost_a_stream_closed_early_without_a_finish_reason_is_cut(spec):
+    """llama-cpp-python under load: a stream that ends [DONE] after a few content chunks and
+    no finish_reason (its interrupt_requests) is cut short, although [DONE] closes it cleanly."""
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}
+    text = {"choices": [{"index": 0, "delta": {"content": "6"}, "finish_reason": None}]}
+    done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+    assert ending(_stream(role, text, done)) == "[DONE]"
+    assert ending(_stream(role, text)) == DONE_UNFINISHED
+    alone = {"chat.response.shape[shape]~unary": {"answer": None, "ending": "[DONE]"}}
+    r = verdicts(spec, [rec(mode="stream", ending="[DONE]"), rec(mode="stream", ending=DONE_UNFINISHED)], alone)
+    lost = r["load.requests.none-lost"]
+    assert lost.outcome == "FAIL"
+    assert [(v.result.failure.check, v.result.failure.actual) for v in lost.vectors] == [("stream end", DONE_UNFINISHED)]
 
 
 def test_load_saturation_no_5xx_a_503_a_timeout_and_a_hang_fail(spec):

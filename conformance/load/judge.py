@@ -76,8 +76,15 @@ def logprobs_of(ex: Exchange) -> list[float] | None:
     return None
 
 
+#: An OpenAI stream closed by [DONE] with no chunk carrying a finish_reason: the server stopped
+#: it early (llama-cpp-python does so for a waiting request) and the client cannot tell.
+DONE_UNFINISHED = "[DONE] without a finish_reason"
+
+
 def ending(ex: Exchange) -> str | None:
-    """A stream's last event as a short signature ([DONE], message_stop, response.completed)."""
+    """A stream's last event as a short signature ([DONE], message_stop, response.completed),
+    compared with the same request's stream alone (load.requests.none-lost): a stream cut short
+    differs from it even when the server closes it cleanly."""
     if not ex.is_sse:
         return None
     events = ex.events()
@@ -85,13 +92,23 @@ def ending(ex: Exchange) -> str | None:
         return "(no event)"
     last = events[-1]
     if last.data == "[DONE]":
-        return "[DONE]"
+        return "[DONE]" if any(_finish_reason(e.data) for e in events[:-1]) else DONE_UNFINISHED
     try:
         doc = json.loads(last.data)
     except ValueError:
         return last.event or "(not JSON)"
     kind = doc.get("type") or doc.get("object") if isinstance(doc, dict) else None
     return last.event or (str(kind) if kind else "(data)")
+
+
+def _finish_reason(data: str) -> bool:
+    """The chunk has a choice with a finish_reason (chat and completions streams)."""
+    try:
+        d = json.loads(data)
+    except ValueError:
+        return False
+    choices = d.get("choices") if isinstance(d, dict) else None
+    return isinstance(choices, list) and any(isinstance(c, dict) and c.get("finish_reason") for c in choices)
 
 
 def output_timing(ex: Exchange) -> tuple[float | None, list[float]]:
