@@ -64,3 +64,35 @@ def test_a_fail_links_to_its_section_and_says_whose_fault(mods):
     page = matrix.server_page(d, {"s/pi-ai responses/cap": "**server.** because"})
     assert "## pi-ai responses cap\n\n**Fault:** **server.** because" in page
     assert "not reviewed yet" in matrix.server_page(d, {})
+
+
+def test_a_run_against_one_server_keeps_the_committed_columns(mods, tmp_path):
+    """`tox -e clients` on a clean clone has one fresh result (colibri's) in its cache: the
+    matrix it rewrites keeps every other server's committed column and replaces colibri's."""
+    import json
+
+    matrix = mods[1]
+    docs, fresh = tmp_path / "docs", tmp_path / "fresh"
+    (docs / "results").mkdir(parents=True), fresh.mkdir()
+    for server, date in (("colibri", "old"), ("vllm", "old")):
+        (docs / "results" / f"{server}.json").write_text(json.dumps({**doc("PASS", []), "server": server, "date": date}))
+    (fresh / "colibri.json").write_text(json.dumps({**doc("FAIL", [{}]), "server": "colibri", "date": "new"}))
+    matrix.write(fresh, docs)
+    readme = (docs / "README.md").read_text()
+    assert "[colibri](colibri.md) | [vllm](vllm.md)" in readme
+    assert "[FAIL 1/2](colibri.md#pi-ai-responses-cap)" in readme
+    assert json.loads((docs / "results" / "colibri.json").read_text())["date"] == "new"
+    assert json.loads((docs / "results" / "vllm.json").read_text())["date"] == "old"
+
+
+def test_a_changed_emission_is_named_setting_by_setting(mods):
+    import settings
+
+    old = {"pi_compat": {"maxTokensField": "max_tokens", "supportsStore": True}, "served": {"tools": True}}
+    new = {"pi_compat": {"maxTokensField": "max_completion_tokens", "supportsStore": True}, "served": {"tools": True,
+                                                                                                       "reasoning": False}}
+    assert settings.changed(old, old) == []
+    assert settings.changed(old, new) == ['pi_compat.maxTokensField: "max_tokens" -> "max_completion_tokens"',
+                                          "served.reasoning: null -> false"]
+    page = mods[1].server_page({**doc("PASS", []), "settings_changed": settings.changed(old, new)}, {})
+    assert '- `pi_compat.maxTokensField: "max_tokens" -> "max_completion_tokens"`' in page

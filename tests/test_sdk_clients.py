@@ -142,6 +142,17 @@ def harness(base_url):
         del sys.path[:2]
 
 
+def test_the_emission_is_the_one_the_committed_matrix_proved(harness):
+    """The clients matrix (docs/clients/) proves the settings colibri-conform emitted when it
+    ran; a changed emission for colibri serve fails here until `tox -e clients` has proven the
+    new one and its results are committed (bench/clients/run.py names each change)."""
+    settings = harness[4]
+    proven = json.loads((HARNESS.parents[1] / "docs" / "clients" / "results" / "colibri.json").read_text())["settings"]
+    from settings import changed  # bench/clients/, on the path while the harness fixture lives
+
+    assert changed(proven, settings) == []
+
+
 @pytest.mark.parametrize("client", SDK_CLIENTS)
 def test_client_scenarios_pass_with_the_derived_settings(harness, client):
     adapters, scenarios, url, model, settings, rec = harness

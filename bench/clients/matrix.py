@@ -18,10 +18,17 @@ GROUP_TITLES = {"text": "Text: one-shot, streamed (= unary at temperature 0), us
 BEGIN, END = "<!-- clients:begin -->", "<!-- clients:end -->"
 
 
-def load(results: Path) -> list[dict[str, Any]]:
-    docs = [json.loads(f.read_text()) for f in sorted(results.glob("*.json"))]
+def load(*folders: Path) -> list[dict[str, Any]]:
+    """One result per server, a later folder's replacing an earlier's: the committed results
+    (docs/clients/results/) first, then the fresh runs, so a run against one server (what
+    `tox -e clients` does on a clean clone) updates its column and keeps the others."""
+    by_server: dict[str, dict[str, Any]] = {}
+    for folder in folders:
+        for f in sorted(folder.glob("*.json")):
+            d = json.loads(f.read_text())
+            by_server[d["server"]] = d
     order = ["colibri", "colibri-smollm2"]
-    return sorted(docs, key=lambda d: (order.index(d["server"]) if d["server"] in order else 9, d["server"]))
+    return sorted(by_server.values(), key=lambda d: (order.index(d["server"]) if d["server"] in order else 9, d["server"]))
 
 
 def cell(doc: dict[str, Any], client: str, group: str) -> str:
@@ -80,6 +87,9 @@ def server_page(doc: dict[str, Any], faults: dict[str, Any]) -> str:
              f"Run {doc['date']}, {doc['wall_seconds']} s. Settings derived by colibri-conform's discovery "
              "(each client was configured from these and nothing else):", "", "```json",
              json.dumps({k: s[k] for k in ("pi_compat", "openai_sdk", "pi_responses", "served") if k in s}, indent=1), "```", ""]
+    if doc.get("settings_changed"):
+        lines += ["Changed since the run before (a new emission, which this run proves or disproves):", "",
+                  *[f"- `{c}`" for c in doc["settings_changed"]], ""]
     for client, run in doc["clients"].items():
         for scenario, r in run["scenarios"].items():
             if r["outcome"] != "FAIL":
@@ -109,7 +119,7 @@ def tables(docs: list[dict[str, Any]]) -> str:
 
 
 def write(results: Path, folder: Path) -> None:
-    docs = load(results)
+    docs = load(folder / "results", results)
     faults = yaml.safe_load((folder / "faults.yaml").read_text()) if (folder / "faults.yaml").exists() else {}
     folder.mkdir(parents=True, exist_ok=True)
     readme = folder / "README.md"

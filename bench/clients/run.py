@@ -31,13 +31,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench" / "peers")]
 
 import install  # noqa: E402
 from recorder import recording  # noqa: E402
-from settings import derive  # noqa: E402
+from settings import changed, derive  # noqa: E402
 
 PY_CLIENTS = ["openai (Python)", "openai Responses (Python)", "anthropic (Python)", "langchain-openai", "pydantic-ai",
               "llm (CLI)", "aider (CLI)"]
 JS_CLIENTS = ["pi-ai completions", "pi-ai responses", "openai (JS)", "anthropic (JS)", "ai + openai-compatible",
               "ai + anthropic"]
 DRIVER_TIMEOUT = 900.0
+#: The committed matrix's results: the settings each server's column was proven with.
+COMMITTED = ROOT / "docs" / "clients" / "results"
 
 
 def driver_argv(client: str, url: str, model: str, settings: Path) -> tuple[list[str], Path]:
@@ -81,6 +83,12 @@ def run_server(name: str, base: str, model: str | None, clients: list[str], out:
     model, settings = derive(base, model)
     doc: dict[str, Any] = {"server": name, "model": model, "settings": settings, "clients": {},
                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "versions": install.versions()}
+    proven = COMMITTED / f"{name}.json"
+    if proven.exists():  # a changed emission: the committed column was proven with other settings
+        doc["settings_changed"] = changed(json.loads(proven.read_text())["settings"], settings)
+        for line in doc["settings_changed"]:
+            print(f"[clients] {name}: the derived settings changed since the committed matrix: {line}",
+                  file=sys.stderr, flush=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(settings, f)
     with recording(base) as (url, rec):

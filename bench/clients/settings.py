@@ -5,6 +5,7 @@ lacks it) rather than FAIL. A client is configured from this and nothing else, s
 derivation shows up as a client failing."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from colibri.spec import load_spec
@@ -28,3 +29,12 @@ def derive(base: str, model: str | None) -> tuple[str, dict[str, Any]]:
     return target.model, {"pi_compat": profile["pi_compat"], "openai_sdk": profile["openai_sdk"],
                           "pi_responses": {"parking": served["responses"] is True and served["responses_chaining"] is True},
                           "reasoning_field": profile["reasoning_field"], "served": served}
+
+
+def changed(old: Any, new: Any, where: str = "") -> list[str]:
+    """Every setting that differs between two derivations, as `path: old -> new`: a changed
+    emission, which the committed matrix no longer proves."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [line for k in dict.fromkeys([*old, *new])
+                for line in changed(old.get(k), new.get(k), f"{where}.{k}" if where else k)]
+    return [] if old == new else [f"{where}: {json.dumps(old)} -> {json.dumps(new)}"]
