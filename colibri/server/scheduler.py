@@ -51,8 +51,7 @@ class Scheduler:
         self.sample_total = self.decode_total = 0.0
         self.steps = self.batch_sum = 0
         self.decoding: list[Task] = []
-        self.scorer = Scorer(release=self._release, finish=lambda t: self._finish(t, "stop"), fail=self._fail,
-                             close_turn=self._close_turn)
+        self.scorer = Scorer(release=self._release, fail=self._fail)
         self.thread = threading.Thread(target=self._run, name="colibri-engine", daemon=True)
         self.thread.start()
 

@@ -47,9 +47,8 @@ class Scorer:
     # costs some 4% more than one holding the whole context (bench/systemone_interleave.py).
     SCORE_PASS_TOKENS = 256
 
-    def __init__(self, *, release: Callable[[Task, str], None], finish: Callable[[Task], None],
-                 fail: Callable[[Task, BaseException], None], close_turn: Callable[[Task, str], None]):
-        self.release, self.finish, self.fail, self.close_turn = release, finish, fail, close_turn
+    def __init__(self, *, release: Callable[[Task, str], None], fail: Callable[[Task, BaseException], None]):
+        self.release, self.fail = release, fail
         self.running: list[tuple[Task, Passes]] = []
         self.owed = 0.0  # seconds of scoring passes not yet matched by decode steps
 
@@ -108,9 +107,11 @@ class Scorer:
         if task.cancelled:  # gone during the last pass: nothing to report
             self.release(task, "cancelled")
             return
-        self.close_turn(task, "completed")
+        # The slot is freed (and the turn closed) before the answer goes out, as for a generation:
+        # a client that reads /health once it has its scores sees the request settled
+        # (rule ops.health.accounting).
+        self.release(task, "completed")
         task.events.put(Scored(rows, reused, total))
-        self.finish(task)
 
     def _prefill(self, engine: Any, slot: int, tokens: list[int]) -> Generator[None, None, tuple[int, Any]]:
         """Bring the slot to hold `tokens`, computing at most SCORE_PASS_TOKENS per engine call
