@@ -23,7 +23,7 @@ from .prompt import LiteralSpecials, Rendered, render_chat
 from .request import ChatInput, GenerationRequest
 from .response_store import ResponseStore
 from .scheduler import Scheduler
-from .slots import conversation_digest, conversation_slot
+from .slots import conversation_digest, slot_of
 from .task import Scored, Task
 
 
@@ -172,8 +172,8 @@ class Service:
                                         history=list(request.history), context_param=request.param)
             thinking, tools = rendered.thinking, rendered.tools_offered
             # its conversation, by the translated messages whatever the API (ops.slot.choice)
-            prefer = conversation_slot(request.chat.messages, self.settings.kv_slots)
             reuse_key = conversation_digest(request.chat.messages)
+            prefer = slot_of(reuse_key, self.settings.kv_slots)
         else:
             text = request.text or ""
             self.refuse_if_too_long(len(text), request.param)

@@ -42,9 +42,12 @@ def conversation_slot(messages: list[dict[str, Any]], n_slots: int) -> int:
     """A conversation's own slot: hash of the messages up to the first user message. It breaks
     ties between free slots that hold equally much of a prompt (a tie-break, not a pin: see
     the rule ops.slot.choice)."""
-    if n_slots <= 1:
-        return 0
-    return int.from_bytes(conversation_digest(messages)[:8], "big") % n_slots
+    return slot_of(conversation_digest(messages), n_slots)
+
+
+def slot_of(digest: bytes, n_slots: int) -> int:
+    """The slot a conversation digest (conversation_digest) prefers among `n_slots`."""
+    return 0 if n_slots <= 1 else int.from_bytes(digest[:8], "big") % n_slots
 
 
 def seed_state(seed: int | None) -> int:
