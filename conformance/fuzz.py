@@ -182,14 +182,14 @@ def _invariants(spec: Any, endpoint: str, body: Any, ex: Exchange, predicted: An
     bad: list[tuple[str, str, str]] = []
     envelope = spec.endpoints[endpoint].envelope
     if ex.status >= 500:
-        return [("err.no-500-for-client-input", "no_5xx", f"{ex.status}: {ex.text(200)}")]
+        return [(SERVER_ERROR_RULE, "no_5xx", f"{ex.status}: {ex.text(200)}")]
     if ex.status >= 400:
         schema = "error.anthropic.json" if envelope == "anthropic" else "error.openai.json"
         try:
             doc = ex.json()
             validator(schema).validate(doc)
         except (BodyNotJson, jsonschema.ValidationError) as e:  # the body is not JSON, or not the envelope
-            rid = "err.envelope.anthropic" if envelope == "anthropic" else "err.envelope.openai"
+            rid = invariant_rule(spec, "error_envelope", endpoint, spec.endpoints[endpoint].path)
             return [(rid, "envelope", str(e)[:300])]
         if predicted is not None and ex.status != predicted.status:
             bad.append((predicted.rule_id, "predicted_refusal",

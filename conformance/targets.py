@@ -48,6 +48,15 @@ class InProcessTarget:
         return Exchange(method, path, hdrs, body, r.status_code, dict(r.headers), r.content, time.perf_counter() - t)
 
 
+def broke_unanswered(status: int, exc: BaseException | None) -> bool:
+    """A reused kept-alive connection the server closed just as it was reused: nothing came back
+    (no status) and the socket broke. HTTP lets either side close an idle connection at any time
+    (RFC 9112 9.6), so the request is tried once more on a fresh connection, not counted lost."""
+    import httpx
+
+    return not status and isinstance(exc, (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError))
+
+
 class HttpTarget:
     """A remote server: base URL like http://127.0.0.1:8000 (the /v1 prefix belongs to paths).
 
@@ -88,8 +97,7 @@ class HttpTarget:
         except TransportError as e:
             # A server may close an idle kept-alive connection just as it is reused (mockllm
             # does after a 500): nothing came back, so try once on a fresh connection.
-            if e.exchange.status or not isinstance(e.__cause__, (httpx.ReadError, httpx.RemoteProtocolError,
-                                                                  httpx.WriteError)):
+            if not broke_unanswered(e.exchange.status, e.__cause__):
                 raise
         ex = Exchange(method, path, hdrs, body)
         if not isinstance(content, (bytes, type(None))):

@@ -124,7 +124,6 @@ def invariants(ctx: CheckContext) -> list[tuple[str, CheckFailure]]:
     bare = CheckContext(ctx.spec, ctx.vector, ex, ctx.body, ctx.target, expect={"status": ex.status},
                         strict=ctx.strict)
     out: list[tuple[str, CheckFailure]] = []
-    judged_malformed = False  # some check, whoever owns it, failed this response
     unread: Exception | None = None
     for name in names:
         rule = ctx.spec.invariant_owner(name, ctx.endpoint)  # spec/: the rule's `invariant` field
@@ -134,16 +133,14 @@ def invariants(ctx: CheckContext) -> list[tuple[str, CheckFailure]]:
         try:
             CHECKS[name](bare)
         except CheckFailure as f:
-            judged_malformed = True
             out.append((owner, f))
         except BodyNotJson as e:
-            judged_malformed = True
             out.append((owner, CheckFailure(name, "a JSON body", str(e))))
         except NotApplicable:
             continue
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             unread = unread or e
-    if unread is not None and not judged_malformed:
+    if unread is not None and not out:  # out: some check, whoever owns it, failed this response
         # A check that cannot read a response no other check finds malformed has a bug (or a
         # case it does not know): the vector's ERROR says so, instead of a silent pass.
         raise unread

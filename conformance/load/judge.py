@@ -16,6 +16,7 @@ from typing import Any
 from ..checks import CHECKS, CheckContext, CheckFailure, answer
 from ..exchange import Exchange, TransportError
 from ..runner import Result, effective_expect, model_of, prepare, run_vector
+from ..targets import broke_unanswered
 from .plan import Item
 
 RETRY_RULE = "load.saturation.retry-after"
@@ -272,10 +273,8 @@ def _text(value: Any, limit: int = 600) -> str:
 def disconnect(target: Any, model: str, deadline: float) -> Record:
     """A client that leaves: a long streamed chat request, closed after the first bytes of its
     answer (load.disconnect.frees-capacity). Its status is recorded; it is lost only when the
-    server broke it off before answering. As HttpTarget.send does, a kept-alive connection the
-    server closed just as it was reused (nothing came back) is tried once more on a fresh one:
-    HTTP lets either side close an idle connection at any time (RFC 9112 9.6), so that race is
-    not a lost request."""
+    server broke it off before answering. As HttpTarget.send does, a connection that broke
+    unanswered as it was reused (targets.broke_unanswered) is tried once more on a fresh one."""
     import httpx
 
     from .plan import DISCONNECT_REQUEST
@@ -294,7 +293,7 @@ def disconnect(target: Any, model: str, deadline: float) -> Record:
             ex = Exchange("POST", "/v1/chat/completions", {"Content-Type": "application/json"}, body)  # no key in it
             ex.status, ex.elapsed, ex.transport_error = rec.status, time.perf_counter() - t0, f"{type(e).__name__}: {e}"
             rec.evidence[f"load.requests.none-lost {rec.lost}"] = ex.to_dict()
-            if rec.status or not isinstance(e, (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)):
+            if not broke_unanswered(rec.status, e):
                 break
     rec.elapsed = time.perf_counter() - t0
     return rec
