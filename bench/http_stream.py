@@ -113,8 +113,13 @@ def start_servers(gguf: Path, threads: int, slots: int, ctx: int) -> dict:
                        [str(LLAMA_SERVER), "-m", str(gguf), "--alias", "smollm2", "-c", str(ctx * slots),
                         "-np", str(slots), "-t", str(threads), "-tb", str(threads), "--host", "127.0.0.1",
                         "--port", str(port)], {}, ROOT / "build" / "bench")
-    col.wait_ready(300)
-    wait_ready("llama-server", llama, f"http://127.0.0.1:{port}/health", 300, log)
+    try:
+        col.wait_ready(300)
+        wait_ready("llama-server", llama, f"http://127.0.0.1:{port}/health", 300, log)
+    except BaseException:  # neither server outlives a start that failed
+        col.stop()
+        stop(llama)
+        raise
     return {"colibri": (col.base, col), "llama-server": (f"http://127.0.0.1:{port}", llama)}
 
 

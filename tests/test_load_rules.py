@@ -296,6 +296,17 @@ class _Closer:
         self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         threading.Thread(target=self._serve, daemon=True).start()
 
+    @staticmethod
+    def _read_request(conn) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data and (chunk := conn.recv(65536)):
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length and (chunk := conn.recv(65536)):
+            body += chunk
+
     def _serve(self) -> None:
         while True:
             try:
@@ -303,7 +314,7 @@ class _Closer:
             except OSError:
                 return
             with conn:
-                conn.recv(65536)
+                self._read_request(conn)  # all of it: closing on unread bytes would reset, not close
                 self.seen += 1
                 if self.seen > self.drop:
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"

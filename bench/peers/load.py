@@ -136,7 +136,7 @@ def page(name: str, result: dict[str, Any], out: Path, duration: float) -> str:
                   f"{r.get('refused', 0)} refused 429), {r.get('requests_per_s')} requests/s; greedy: "
                   f"{(r.get('greedy') or {}).get('diverged', 0)} of {(r.get('greedy') or {}).get('compared', 0)} "
                   f"differ from alone. Report: [{name}-{n}.json]({name}-{n}.json), "
-                  f"[HTML]({name}-{n}-html/index.html)." + (f" Run {r['started']}, {r['wall_seconds']} s wall, load "
+                  f"[HTML]({name}-{n}-html/index.html)." + (f" Run {r.get('started', '(no report)')}, {r['wall_seconds']} s wall, load "
                   f"average {r.get('load_average_before')} before and {r['load_average']} after." if r.get("wall_seconds")
                   else ""), ""]
         report = out / f"{name}-{n}.json"
