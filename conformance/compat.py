@@ -364,8 +364,11 @@ def server_page(run: Run, explanations: dict[str, str]) -> tuple[str, list[str]]
              *(f"- {name}: {f['state']}" + ("" if f["state"] == "served" else f" ({f['detail']})")
                for name, f in (doc.get("discovery") or {}).items()),
              "", "## Client settings", "",
-             "Derived from what the probes accepted; a request built from them succeeds on this server.", "",
-             "```json", json.dumps({k: doc["compat"].get(k) for k in ("pi_compat", "openai_sdk")}, indent=2), "```",
+             "Derived from what the probes found; a request built from them succeeds on this server. "
+             "`delivers` (conformance/usability.py) names what a client can use beyond what is accepted: "
+             "false is a feature taken but not delivered, which the settings leave out (null: not probed).", "",
+             "```json", json.dumps({k: doc["compat"].get(k) for k in ("pi_compat", "openai_sdk", "delivers", "thinking_off")
+                                    if k in doc["compat"]}, indent=2), "```",
              "", "## Rules not passed", "",
              f"`$BASE` is the server's root URL. Evidence pages: [html/{run.name}/](html/{run.name}/index.html).", ""]
     for r in doc["rules"]:

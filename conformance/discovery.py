@@ -13,6 +13,8 @@ from colibri.spec.vectors import expand_model
 
 from .exchange import Exchange, TransportError, model_of
 from .runner import Result
+from .usability import WHAT as USABILITY
+from .usability import follow_up
 
 #: An id no server holds: the chaining probe asks for it.
 UNKNOWN_RESPONSE = "resp_00000000000000000000000000000000"
@@ -66,8 +68,6 @@ PROBES: dict[str, tuple[str, dict[str, Any], str]] = {
                            "chat honours a forced tool_choice (the named tool is called)"),
     "top_logprobs_20": ("chat", {"logprobs": True, "top_logprobs": 20},
                         "chat returns logprobs with top_logprobs 20 (the official maximum)"),
-    "stop_list": ("chat", {"stop": ["\n\n", "END", "###", "User:"]},
-                  "chat accepts stop as a list of 4 strings (the official maximum)"),
     "error_envelope": ("chat", {"messages": "not a list"},
                        "chat refuses an invalid request with OpenAI's error envelope ({error: {message, type}})"),
     "health": ("health", {}, "GET /health answers"),
@@ -247,6 +247,17 @@ def _value(name: str, state: str, detail: str) -> Any:
     return None
 
 
+def _send(spec: Any, target: Any, model: str, endpoint: str, fields: dict[str, Any]) -> Exchange | None:
+    """A usability probe's request: the endpoint's minimal request with FIELDS over it. A
+    transport failure leaves the probe unknown (no finding), as a probe nobody answered."""
+    ep = spec.endpoints[endpoint]
+    body = json.dumps(deep_merge(expand_model(ep.minimal_request, model), fields)).encode()
+    try:
+        return target.send(ep.method, ep.path, body, {})
+    except Exception:  # noqa: BLE001 - a probe never stops the run
+        return None
+
+
 class Capabilities:
     def __init__(self, spec: Any, findings: dict[str, Finding]):
         self.spec = spec
@@ -273,6 +284,11 @@ class Capabilities:
                 continue
             state, detail = _retrieve_state(ex, target) if name == "response" else _state(name, ex)
             found[name] = Finding(name, state, ex.status, detail, ex, _value(name, state, detail))
+
+        def record(name: str, state: str, ex: Exchange, detail: str, value: Any) -> None:
+            found[name] = Finding(name, state, ex.status, detail, ex, value)
+        follow_up(lambda endpoint, fields: _send(spec, target, model, endpoint, fields),
+                  lambda name: name in found and found[name].state == "served", record)
         return cls(spec, found)
 
     def _unserved(self, vector: Vector, mode: str) -> Finding | None:
@@ -317,7 +333,7 @@ class Capabilities:
             return None
         first = vector.rule_id not in self._evidence_given
         self._evidence_given.add(vector.rule_id)
-        what = PROBES[f.name][2]
+        what = PROBES[f.name][2] if f.name in PROBES else USABILITY[f.name]
         return Result("UNSUPPORTED", f.exchange if first else None,
                       reason=f"discovery: not served ({what}: {f.detail})")
 

@@ -15,6 +15,7 @@ from xml.sax.saxutils import escape, quoteattr
 from colibri.paths import data_dir
 
 from .suite import OUTCOMES, RuleResult
+from .usability import WHAT as USABILITY
 
 SCHEMA_VERSION = 1
 
@@ -42,14 +43,23 @@ def _vector_doc(vr: Any, redact: str | None) -> dict[str, Any]:
     return doc
 
 
-def thinking_format(effort: bool, enable_thinking: bool, thinking_type: bool) -> str | None:
+def thinking_format(effort: bool, enable_thinking: bool, thinking_type: bool, off: dict[str, Any] | None = None) -> str | None:
     """pi's `thinkingFormat` (pi-ai 0.73.1, providers/openai-completions.js buildParams) for the
     switches the server accepted. What each value sends: "openai" reasoning_effort (on turns
     only); "qwen" and "zai" both top-level enable_thinking: bool; "qwen-chat-template"
     chat_template_kwargs.enable_thinking; "deepseek" thinking: {type: enabled|disabled}, plus
-    reasoning_effort on turns. reasoning_effort is the portable knob; enable_thinking comes
-    before thinking: {type} because "deepseek" also sends reasoning_effort, which a server
-    without it may refuse. No probe sends chat_template_kwargs, so that format is never chosen."""
+    reasoning_effort on turns. When the plain answer needs a switch to come back as content
+    (`thinking_off`, conformance/usability.py), the format is the one that sends that switch on
+    every turn. Otherwise reasoning_effort is the portable knob; enable_thinking comes before
+    thinking: {type} because "deepseek" also sends reasoning_effort, which a server without it
+    may refuse."""
+    if off:
+        if "chat_template_kwargs" in off:
+            return "qwen-chat-template"
+        if "enable_thinking" in off:
+            return "qwen"
+        if "thinking" in off:
+            return "deepseek"
     if effort:
         return "openai"
     if enable_thinking:
@@ -66,6 +76,7 @@ def client_settings(discovery: dict[str, Any]) -> dict[str, Any]:
 
     effort, thinking_type = accepted("reasoning_effort"), accepted("zai_thinking")
     enable_thinking = accepted("reasoning")  # top-level enable_thinking: True brought reasoning back
+    off = (discovery.get("thinking_off") or {}).get("value")
     max_field = "max_completion_tokens" if accepted("max_completion_tokens") else "max_tokens"
     return {
         "pi_compat": {
@@ -74,15 +85,19 @@ def client_settings(discovery: dict[str, Any]) -> dict[str, Any]:
             "maxTokensField": max_field,
             "supportsUsageInStreaming": accepted("stream_usage"),
             "supportsReasoningEffort": effort,
-            "thinkingFormat": thinking_format(effort, enable_thinking, thinking_type),
+            "thinkingFormat": thinking_format(effort, enable_thinking, thinking_type, off),
         },
         "openai_sdk": {
             "max_tokens_parameter": max_field,
             "stream_options": {"include_usage": True} if accepted("stream_usage") else None,
             "streaming": accepted("streaming"),
             "logprobs": accepted("logprobs"),
-            "tools": accepted("tools"),
-            "anthropic_messages": accepted("messages"),
+            # tools taken is not enough: a call must come back, and its result be answered
+            "tools": accepted("tools") and accepted("tool_call") and accepted("tool_result"),
+            # and the block content @ai-sdk/anthropic always sends must be taken too
+            "anthropic_messages": accepted("messages") and accepted("messages_blocks"),
+            # fields for every request that does not ask for reasoning (vLLM's qwen3 parser)
+            "thinking_off": off,
         },
     }
 
@@ -102,6 +117,8 @@ def request_from_settings(settings: dict[str, Any], model: str) -> dict[str, Any
         body["enable_thinking"] = False
     elif pi["thinkingFormat"] == "deepseek":
         body["thinking"] = {"type": "disabled"}
+    elif pi["thinkingFormat"] == "qwen-chat-template":
+        body["chat_template_kwargs"] = {"enable_thinking": False}
     if pi["supportsUsageInStreaming"]:
         body.update(stream=True, stream_options={"include_usage": True})
     return body
@@ -114,6 +131,11 @@ def probed(discovery: dict[str, Any], name: str) -> bool | None:
     if not f or (f["state"] == "error" and not f.get("status")):
         return None
     return f["state"] == "served"
+
+
+def all_of(*probes: bool | None) -> bool | None:
+    """A feature that needs several probes: false when one failed, unknown when one is."""
+    return False if False in probes else None if None in probes else True
 
 
 def compat_profile(discovery: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -134,6 +156,10 @@ def compat_profile(discovery: dict[str, Any] | None = None) -> dict[str, Any]:
         "error_envelope_openai": probed(found, "error_envelope"),
         "stream_done_sentinel": streaming.get("value") if streaming.get("state") == "served" else probed(found, "streaming"),
     }
+    # What a client can use, beyond what is accepted (conformance/usability.py); false names a
+    # feature the server takes and does not deliver, which the settings leave out.
+    profile["delivers"] = {name: probed(found, name) for name in USABILITY if name != "thinking_off"}
+    profile["thinking_off"] = (found.get("thinking_off") or {}).get("value")
     settings = client_settings(found)
     profile["pi_compat"] = settings["pi_compat"]
     profile["openai_sdk"] = settings["openai_sdk"]

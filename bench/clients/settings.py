@@ -10,10 +10,11 @@ from typing import Any
 
 from colibri.spec import load_spec
 from conformance.discovery import Capabilities
-from conformance.report import compat_profile, probed
+from conformance.report import all_of, compat_profile, probed
 from conformance.targets import remote_target
 
-SERVED = ("chat", "streaming", "tools", "messages", "responses", "responses_chaining", "stream_usage")
+SERVED = ("chat", "streaming", "stream_usage", "messages_text", "messages_stream", "responses", "responses_text",
+          "responses_history", "responses_stream")
 
 
 def derive(base: str, model: str | None) -> tuple[str, dict[str, Any]]:
@@ -22,6 +23,14 @@ def derive(base: str, model: str | None) -> tuple[str, dict[str, Any]]:
     found = Capabilities.discover(load_spec(), target).to_dict()
     profile = compat_profile(found)
     served: dict[str, Any] = {name: probed(found, name) for name in SERVED}
+    # A feature counts as served only where a client can use it (conformance/usability.py):
+    # answered as asked (with the thinking switch if one is needed), a stop applied, a call that
+    # comes back and whose result is answered, block content taken, a stored response chained.
+    p = profile["delivers"]
+    served.update(chat_text=True if p["chat_text"] or profile["thinking_off"] else p["chat_text"],
+                  stop=p["stop_list"], tools=all_of(probed(found, "tools"), p["tool_call"], p["tool_result"]),
+                  tools_stream=p["tool_call_stream"], messages=all_of(probed(found, "messages"), p["messages_blocks"]),
+                  responses_chaining=all_of(probed(found, "responses_chaining"), p["responses_chain_stored"]))
     # Reasoning is offered when the settings carry a switch a client can pull.
     served["reasoning"] = bool(profile["pi_compat"]["thinkingFormat"]) and profile["reasoning_field"] is not None
     # pi's Responses surface parks turns (store + previous_response_id, the second seed) only
