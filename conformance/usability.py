@@ -322,7 +322,7 @@ def _responses(send: Send, served: Callable[[str], bool], off: dict[str, Any], r
     if ex is None:
         return
     if ex.status == 200:
-        record("responses_chain_stored", "served", ex, f"a child of {parent_id} is answered", None)
+        record("responses_chain_stored", "served", ex, "a child of the response just stored is answered", None)
     else:  # the id was just handed out: a 404 or not_found here means nothing was stored
         record("responses_chain_stored", "ignored", ex,
-               f"a child of the response just stored ({parent_id}, store: true) answered {ex.status}", None)
+               f"a child of the response just stored (store: true) answered {ex.status}", None)

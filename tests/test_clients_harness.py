@@ -96,3 +96,21 @@ def test_a_changed_emission_is_named_setting_by_setting(mods):
                                           "served.reasoning: null -> false"]
     page = mods[1].server_page({**doc("PASS", []), "settings_changed": settings.changed(old, new)}, {})
     assert '- `pi_compat.maxTokensField: "max_tokens" -> "max_completion_tokens"`' in page
+
+
+def test_a_feature_taken_and_not_delivered_is_off_in_the_settings_with_its_reason(mods):
+    """transformers serve as discovery found it (issue 53): stop and tools taken, neither
+    delivered; the settings turn both off, say why, and the page shows it."""
+    import settings
+
+    served = {"state": "served", "status": 200, "detail": "200"}
+    found = {name: served for name in ("chat", "streaming", "chat_text", "tools", "tool_result", "tool_call_stream")}
+    found["stop_list"] = {"state": "ignored", "status": 200, "detail": "stop 'world' came back: content 'hello world'"}
+    found["tool_call"] = {"state": "ignored", "status": 200, "detail": "200 without a call"}
+    s = settings.settings_from(found)
+    assert s["served"]["stop"] is False and s["served"]["tools"] is False and s["openai_sdk"]["tools"] is False
+    assert s["served"]["chat_text"] is True and s["served"]["messages"] is None  # never probed: unknown, not off
+    assert s["why_not"] == {"stop": "stop_list: stop 'world' came back: content 'hello world'",
+                            "tools": "tool_call: 200 without a call", "reasoning": "no switch the settings can carry"}
+    page = mods[1].server_page({**doc("PASS", []), "settings": s}, {})
+    assert "- `tools`: tool_call: 200 without a call" in page

@@ -180,7 +180,7 @@ def test_responses_streams_need_numbered_events_and_history_needs_untyped_items(
 def test_chaining_needs_the_stored_parent_to_be_found():
     # vLLM without VLLM_ENABLE_RESPONSES_API_STORE: store: true is ignored, the child gets a 404
     found, profile, server = derived("stores-nothing")
-    assert found["responses_chain_stored"]["detail"] == "a child of the response just stored (resp_1, store: true) answered 404"
+    assert found["responses_chain_stored"]["detail"] == "a child of the response just stored (store: true) answered 404"
     assert profile["delivers"]["responses_chain_stored"] is False
     parent = next(f for e, f in server.sent if e == "responses" and f.get("store"))
     assert parent["input"] == PLAIN

@@ -87,6 +87,10 @@ def server_page(doc: dict[str, Any], faults: dict[str, Any]) -> str:
              f"Run {doc['date']}, {doc['wall_seconds']} s. Settings derived by colibri-conform's discovery "
              "(each client was configured from these and nothing else):", "", "```json",
              json.dumps({k: s[k] for k in ("pi_compat", "openai_sdk", "pi_responses", "served") if k in s}, indent=1), "```", ""]
+    if s.get("why_not"):
+        lines += ["Off in the settings, and why (what discovery's probes saw: not served, or taken and not "
+                  "delivered, which no setting makes work; the scenarios that need it are UNSUPPORTED):", "",
+                  *[f"- `{flag}`: {why}" for flag, why in s["why_not"].items()], ""]
     if doc.get("settings_changed"):
         lines += ["Changed since the run before (a new emission, which this run proves or disproves):", "",
                   *[f"- `{c}`" for c in doc["settings_changed"]], ""]

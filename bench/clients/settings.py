@@ -16,11 +16,32 @@ from conformance.targets import remote_target
 SERVED = ("chat", "streaming", "stream_usage", "messages_text", "messages_stream", "responses", "responses_text",
           "responses_history", "responses_stream")
 
+#: The probes a served flag rests on, where they are not just the flag's own name.
+RESTS_ON = {"chat_text": ("chat_text", "thinking_off"), "stop": ("stop_list",), "tools": ("tools", "tool_call", "tool_result"),
+            "tools_stream": ("tool_call_stream",), "messages": ("messages", "messages_blocks"),
+            "responses_chaining": ("responses_chaining", "responses_chain_stored"), "reasoning": ("reasoning",)}
+
+
+def why_not(served: dict[str, Any], found: dict[str, Any]) -> dict[str, str]:
+    """For each flag the settings turn off, what its probes saw: an endpoint not served, or a
+    feature taken and not delivered, which no setting makes work here."""
+    out = {}
+    for flag, on in served.items():
+        seen = [f"{p}: {found[p]['detail']}" for p in RESTS_ON.get(flag, (flag,))
+                if p in found and found[p]["state"] != "served"]
+        if on is False:
+            out[flag] = "; ".join(seen) or "no switch the settings can carry"
+    return out
+
 
 def derive(base: str, model: str | None) -> tuple[str, dict[str, Any]]:
     """The served model and the settings for the server at BASE (no /v1)."""
     target = remote_target(base + "/v1", {}, model)
-    found = Capabilities.discover(load_spec(), target).to_dict()
+    return target.model, settings_from(Capabilities.discover(load_spec(), target).to_dict())
+
+
+def settings_from(found: dict[str, Any]) -> dict[str, Any]:
+    """The settings for what discovery found (Capabilities.to_dict())."""
     profile = compat_profile(found)
     served: dict[str, Any] = {name: probed(found, name) for name in SERVED}
     # A feature counts as served only where a client can use it (conformance/usability.py):
@@ -35,9 +56,9 @@ def derive(base: str, model: str | None) -> tuple[str, dict[str, Any]]:
     served["reasoning"] = bool(profile["pi_compat"]["thinkingFormat"]) and profile["reasoning_field"] is not None
     # pi's Responses surface parks turns (store + previous_response_id, the second seed) only
     # where the server chains: llama-server refuses previous_response_id outright.
-    return target.model, {"pi_compat": profile["pi_compat"], "openai_sdk": profile["openai_sdk"],
-                          "pi_responses": {"parking": served["responses"] is True and served["responses_chaining"] is True},
-                          "reasoning_field": profile["reasoning_field"], "served": served}
+    return {"pi_compat": profile["pi_compat"], "openai_sdk": profile["openai_sdk"],
+            "pi_responses": {"parking": served["responses"] is True and served["responses_chaining"] is True},
+            "reasoning_field": profile["reasoning_field"], "served": served, "why_not": why_not(served, found)}
 
 
 def changed(old: Any, new: Any, where: str = "") -> list[str]:
