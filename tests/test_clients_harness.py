@@ -114,3 +114,129 @@ def test_a_feature_taken_and_not_delivered_is_off_in_the_settings_with_its_reaso
                             "tools": "tool_call: 200 without a call", "reasoning": "no switch the settings can carry"}
     page = mods[1].server_page({**doc("PASS", []), "settings": s}, {})
     assert "- `tools`: tool_call: 200 without a call" in page
+
+
+# --- The scenarios' needs (py/scenarios.py; js/driver.mjs reads the same table) -------------
+
+class FakeClient:
+    """A client that does what it is asked, on the wire of no server: what the scenarios do is
+    decided by the settings alone."""
+
+    surface = "chat"
+
+    def __init__(self, **attrs):
+        self.can, self.limits, self.turns = {"stop": True, "reasoning": True}, {}, []
+        self.__dict__.update(attrs)
+
+    def user(self, text):
+        return {"role": "user", "content": text}
+
+    assistant = user
+
+    def tool_result(self, c, text):
+        return {"role": "tool", "content": text}
+
+    def turn(self, h, max_tokens, tools=False, stream=False, stop=None, reasoning=None):
+        self.turns.append({"stream": stream, "reasoning": reasoning})
+        usage = {"input": 5, "output": 3}
+        if tools and h[-1]["role"] == "user":
+            return {"text": "", "reasoning": "", "calls": [{"id": "c1", "name": "get_weather", "args": {"city": "D"}}],
+                    "usage": usage, "history": []}
+        text = h[-1]["content"].split(": ", 1)[-1]  # "Repeat exactly: X" -> X
+        text = text.split(stop[0])[0].strip() if stop else text
+        return {"text": text, "reasoning": "thought" if reasoning else "", "calls": [], "usage": usage, "history": []}
+
+    def chain(self):
+        return "chained"
+
+
+@pytest.fixture(scope="module")
+def scenarios():
+    sys.path[:0] = [str(HARNESS / "py")]
+    try:
+        import scenarios
+        yield scenarios
+    finally:
+        sys.path.remove(str(HARNESS / "py"))
+
+
+def outcomes(scenarios, served=None, thinking_off=None, **client):
+    import json
+
+    s = json.loads((HARNESS / "scenarios.json").read_text())
+    settings = {"served": served or {}, "openai_sdk": {"thinking_off": thinking_off}}
+    runner = scenarios.Scenarios(FakeClient(**client), settings, s)
+    out = {}
+    for name in s["order"]:
+        try:
+            runner.run(name)
+            out[name] = "PASS"
+        except scenarios.Unsupported as e:
+            out[name] = f"UNSUPPORTED {e}"
+    return out
+
+
+def unsupported(out):
+    return {name: o.removeprefix("UNSUPPORTED ") for name, o in out.items() if o != "PASS"}
+
+
+def test_unknown_served_keys_count_as_served(scenarios):
+    assert unsupported(outcomes(scenarios)) == {}
+    assert unsupported(outcomes(scenarios, {k: None for k in ("chat_text", "stop", "tools", "tools_stream")})) == {}
+
+
+@pytest.mark.parametrize("surface", ["chat", "messages", "responses"])
+def test_a_server_whose_answer_does_not_follow_the_prompt_leaves_the_text_scenarios_unsupported(scenarios, surface):
+    why = f"the server's answer on {surface} does not follow the prompt (discovery)"
+    out = unsupported(outcomes(scenarios, {f"{surface}_text": False}, surface=surface))
+    assert out == {"text": why, "multi": why, "chain": why}  # stream and usage still compare with its answer
+    other = "messages" if surface != "messages" else "chat"
+    assert unsupported(outcomes(scenarios, {f"{other}_text": False}, surface=surface)) == {}
+
+
+@pytest.mark.parametrize("surface,key", [("chat", "streaming"), ("messages", "messages_stream"),
+                                         ("responses", "responses_stream")])
+def test_streams_are_judged_on_the_clients_surface(scenarios, surface, key):
+    why = f"the server's streams on {surface} are not well formed for an SDK (discovery)"
+    assert unsupported(outcomes(scenarios, {key: False}, surface=surface)) == {"stream": why, "tools_stream": why}
+    # A client that always streams (pi) needs them for every scenario.
+    out = unsupported(outcomes(scenarios, {key: False}, surface=surface, always_streams=True))
+    assert out == {name: why for name in out} and len(out) == 10
+
+
+def test_stop_tools_and_streamed_tools_each_need_their_own_key(scenarios):
+    assert unsupported(outcomes(scenarios, {"stop": False})) == {
+        "stop": "the server does not honour stop sequences (discovery)"}
+    tools = "the server returns no tool call, or does not answer a tool result (discovery)"
+    assert unsupported(outcomes(scenarios, {"tools": False})) == {"tools": tools, "tools_stream": tools}
+    streamed = "a streamed tool call does not assemble, or its stream ends with no finish_reason (discovery)"
+    assert unsupported(outcomes(scenarios, {"tools_stream": False})) == {"tools_stream": streamed}
+    # pi streams even its unary tool turn.
+    assert unsupported(outcomes(scenarios, {"tools_stream": False}, always_streams=True)) == {
+        "tools": streamed, "tools_stream": streamed}
+    assert unsupported(outcomes(scenarios, {"responses_chaining": False})) == {
+        "chain": "the server does not answer a response chained onto one it just stored (discovery)"}
+
+
+def test_thinking_off_makes_a_client_that_cannot_send_it_unsupported_everywhere(scenarios):
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    limits = {"extra_body": "it has no extra-body option (src/x.py)"}
+    out = unsupported(outcomes(scenarios, thinking_off=off, limits=limits))
+    assert out == {name: "client limit: it has no extra-body option (src/x.py)" for name in out} and len(out) == 10
+    assert unsupported(outcomes(scenarios, thinking_off=None, limits=limits)) == {}
+    assert unsupported(outcomes(scenarios, thinking_off=off)) == {}  # a client that sends it runs them all
+
+
+def test_the_two_drivers_name_the_same_needs_and_every_need_has_its_reason():
+    """Both drivers take the reasons from scenarios.json; what each scenario needs is written in
+    both, so the names each uses must be the same and all in the table."""
+    import json
+    import re
+
+    table = set(json.loads((HARNESS / "scenarios.json").read_text())["needs"]) - {"_comment"}
+
+    def used(text):
+        return {n for args in re.findall(r"needs\(([^)]*)\)", text) for n in re.findall(r'"(\w+)"', args)}
+
+    py, js = used((HARNESS / "py" / "scenarios.py").read_text()), used((HARNESS / "js" / "driver.mjs").read_text())
+    assert py == js == table, (py ^ table, js ^ table)

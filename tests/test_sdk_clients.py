@@ -162,7 +162,7 @@ def test_client_scenarios_pass_with_the_derived_settings(harness, client):
     for name in s["order"]:
         rec.tag = (client, name)
         try:
-            getattr(runner, name)()
+            runner.run(name)
             ran.append(name)
         except scenarios.Unsupported:
             pass
@@ -172,6 +172,27 @@ def test_client_scenarios_pass_with_the_derived_settings(harness, client):
     # What each client supports against colibri serve: all but what the client cannot ask for.
     assert ran == [n for n in s["order"] if n not in {"openai (Python)": {"chain"}, "anthropic (Python)": {"chain"},
                                                       "openai Responses (Python)": {"stop"}}[client]]
+
+
+@pytest.mark.parametrize("client", SDK_CLIENTS)
+def test_thinking_off_rides_on_every_turn_but_the_one_that_turns_reasoning_on(harness, client):
+    """openai_sdk.thinking_off's fields go out through the SDK's extra_body on each turn that
+    does not turn reasoning on. colibri refuses the field vLLM needs (unsupported_parameter),
+    which shows on the wire and in the SDK's exception where it was sent."""
+    adapters, scenarios, url, model, settings, rec = harness
+    s = json.loads((HARNESS / "scenarios.json").read_text())
+    off = {"chat_template_kwargs": {"enable_thinking": False}}
+    a = adapters.ADAPTERS[client](base=url, model=model, S=s,
+                                  settings={**settings, "openai_sdk": {**settings["openai_sdk"], "thinking_off": off}})
+    for reasoning in (None, False, True):
+        rec.tag = (client, f"thinking_off, reasoning {reasoning}")
+        if reasoning:
+            assert a.turn([a.user("What is the capital of Velmora?")], max_tokens=20, reasoning=True)["reasoning"]
+        else:
+            with pytest.raises((openai.BadRequestError, anthropic.BadRequestError), match="chat_template_kwargs"):
+                a.turn([a.user("hi")], max_tokens=5, reasoning=reasoning)
+        (sent,) = rec.of(client, f"thinking_off, reasoning {reasoning}")
+        assert (json.loads(sent["request"]).get("chat_template_kwargs") == off["chat_template_kwargs"]) is not reasoning
 
 
 def test_a_cut_responses_stream_is_the_helpers_declared_limit(harness):

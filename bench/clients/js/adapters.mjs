@@ -11,6 +11,11 @@ import { createAnthropic } from "@ai-sdk/anthropic";
 import Anthropic from "@anthropic-ai/sdk";
 
 const KEY = "local";
+// The body fields a server needs to answer plainly (openai_sdk.thinking_off, e.g. vLLM's
+// chat_template_kwargs.enable_thinking false): every adapter sends them, the client's own way,
+// on every turn that does not turn reasoning on. pi-ai's completions provider sends them itself
+// when the derived compat says so (thinkingFormat "qwen-chat-template").
+const thinkingOff = (settings) => settings.openai_sdk?.thinking_off || null;
 
 function piModel(api, { base, model, settings }) {
   const compat = Object.fromEntries(Object.entries(settings.pi_compat).filter(([, v]) => v !== null));
@@ -58,9 +63,15 @@ function piAdapter(api) {
     // one that refuses previous_response_id (llama-server) is sent full transcripts.
     const parks = api === "openai-responses"
       && (env.settings.pi_responses?.parking ?? env.settings.served.responses_chaining === true);
-    const onPayload = parks ? (params) => park(parking, params) : undefined;
+    // pi's own hook on the request body (onPayload): parking, and on its Responses provider, which
+    // has no compat to say it, the thinking_off fields.
+    const off = api === "openai-responses" ? thinkingOff(env.settings) : null;
+    const payload = (o) => (params) => {
+      const body = off && !o.reasoning ? { ...params, ...off } : params;
+      return parks ? park(parking, body) : body;
+    };
     async function once(h, o) {
-      const opts = { apiKey: KEY, temperature: 0, maxTokens: o.maxTokens, onPayload,
+      const opts = { apiKey: KEY, temperature: 0, maxTokens: o.maxTokens, onPayload: payload(o),
                      ...(o.reasoning ? { reasoningEffort: "high" } : {}) };
       const ctx = { messages: h, ...(o.tools ? { tools } : {}) };
       let msg, streamed = "";
@@ -150,9 +161,10 @@ function openaiJs({ base, model, settings, S }) {
   const tools = [{ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } }];
   const sdk = settings.openai_sdk;
   async function turn(h, o) {
+    // The SDK sends a body field it has no parameter for as it is given (its extra body params).
     const body = { model, messages: h, temperature: 0, [sdk.max_tokens_parameter]: o.maxTokens,
       ...(o.tools ? { tools } : {}), ...(o.stop ? { stop: o.stop } : {}),
-      ...(o.reasoning ? { reasoning_effort: "high" } : {}) };
+      ...(o.reasoning ? { reasoning_effort: "high" } : thinkingOff(settings)) };
     if (!o.stream) {
       const r = await client.chat.completions.create(body);
       const m = r.choices[0].message;
@@ -185,13 +197,14 @@ function openaiJs({ base, model, settings, S }) {
     toolResult: (c, text) => ({ role: "tool", tool_call_id: c.id, content: text }) };
 }
 
-function anthropicJs({ base, model, S }) {
+function anthropicJs({ base, model, settings, S }) {
   const client = new Anthropic({ baseURL: base, apiKey: KEY, maxRetries: 0 });
   const t = S.tool;
   const tools = [{ name: t.name, description: t.description, input_schema: t.parameters }];
   async function turn(h, o) {
     const body = { model, messages: h, max_tokens: o.maxTokens, temperature: 0,
-      ...(o.tools ? { tools } : {}), ...(o.stop ? { stop_sequences: o.stop } : {}) };
+      ...(o.tools ? { tools } : {}), ...(o.stop ? { stop_sequences: o.stop } : {}),
+      ...(o.reasoning ? {} : thinkingOff(settings)) };  // extra body params, sent as given
     if (o.reasoning) {  // the official minimum budget; no temperature with thinking
       delete body.temperature;
       Object.assign(body, { thinking: { type: "enabled", budget_tokens: 1024 }, max_tokens: 1024 + o.maxTokens });
@@ -213,20 +226,32 @@ function anthropicJs({ base, model, S }) {
 function vercelAi({ base, model, settings, S }) {
   const provider = createOpenAICompatible({ name: "bench", baseURL: `${base}/v1`, apiKey: KEY,
     includeUsage: settings.pi_compat.supportsUsageInStreaming });
-  return vercel(provider(model), { bench: { reasoningEffort: "high" } }, settings.pi_compat.supportsReasoningEffort, "chat", S);
+  // The provider sends the fields of its providerOptions it has no option for as body fields.
+  const off = thinkingOff(settings);
+  const options = (reasoning) => (reasoning ? { bench: { reasoningEffort: "high" } } : off ? { bench: off } : undefined);
+  return vercel(provider(model), options, settings.pi_compat.supportsReasoningEffort, "chat", S);
 }
 
-function vercelAnthropic({ base, model, S }) {
-  const provider = createAnthropic({ baseURL: `${base}/v1`, apiKey: KEY });
-  return vercel(provider(model), { anthropic: { thinking: { type: "enabled", budgetTokens: 1024 } } }, true, "messages", S);
+function vercelAnthropic({ base, model, settings, S }) {
+  // @ai-sdk/anthropic has no extra-body option; its `fetch` setting is "a middleware to intercept
+  // requests" (dist/index.d.ts): it adds the thinking_off fields to each request that does not
+  // turn thinking on.
+  const off = thinkingOff(settings);
+  const fetch = off ? (url, init) => {
+    const body = JSON.parse(init.body);
+    return globalThis.fetch(url, body.thinking?.type === "enabled" ? init : { ...init, body: JSON.stringify({ ...body, ...off }) });
+  } : undefined;
+  const provider = createAnthropic({ baseURL: `${base}/v1`, apiKey: KEY, fetch });
+  const options = (reasoning) => (reasoning ? { anthropic: { thinking: { type: "enabled", budgetTokens: 1024 } } } : undefined);
+  return vercel(provider(model), options, true, "messages", S);
 }
 
-function vercel(languageModel, reasoningOptions, canReason, surface, S) {
+function vercel(languageModel, providerOptions, canReason, surface, S) {
   const t = S.tool;
   const tools = { [t.name]: tool({ description: t.description, inputSchema: jsonSchema(t.parameters) }) };
   async function turn(h, o) {
     const args = { model: languageModel, messages: h, maxOutputTokens: o.maxTokens, maxRetries: 0,
-      ...(o.reasoning ? { providerOptions: reasoningOptions } : {}),
+      providerOptions: providerOptions(o.reasoning),
       ...(o.reasoning && surface === "messages" ? {} : { temperature: 0 }),  // Anthropic: none with thinking
       ...(o.tools ? { tools } : {}), ...(o.stop ? { stopSequences: o.stop } : {}) };
     let r;

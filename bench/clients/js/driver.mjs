@@ -16,13 +16,23 @@ class Unsupported extends Error {}
 const need = (ok, why) => { if (!ok) throw new Unsupported(why); };
 const check = (ok, why) => { if (!ok) throw new Error(why); };
 const served = (name) => settings.served?.[name] !== false;
+// What a scenario needs of the server: scenarios.json's `needs` name the served key (on this
+// client's surface) and the reason, the same for both drivers.
+const needs = (...names) => {
+  for (const name of names) {
+    const n = S.needs[name];
+    need(served(typeof n.key === "string" ? n.key : n.key[a.surface]), n.why.replaceAll("{surface}", a.surface));
+  }
+};
+// A client's declared limit (its adapter's `limits`, with the source that says so).
+const limit = (name) => need(!a.limits?.[name], `client limit: ${a.limits?.[name]}`);
 // A turn cut by the cap whose usage this client cannot read (its declared limit, a.limits).
 const cutUnread = (r) => need(!(r.cut && a.limits?.cutUsage), `the turn was cut by the cap: ${a.limits?.cutUsage}`);
 
 function toolLoop(stream) {
   return async () => {
-    need(served("tools"), "the server takes no tools (settings: openai_sdk.tools false)");
-    need(!stream || served("streaming"), "the server does not stream");
+    // A client that always streams makes even the unary tool turn a streamed one.
+    needs("tools", ...(stream || a.alwaysStreams ? ["tools_stream", "stream"] : []));
     const t = S.tool;
     const h = [a.user(t.prompt)];
     const r = await a.turn(h, { tools: true, stream, maxTokens: t.max_tokens });
@@ -38,24 +48,25 @@ function toolLoop(stream) {
   };
 }
 
+// The one-shot text turn, kept: stream and usage compare with it, whatever its text.
 let unary = null;
-const text = async () => {
-  unary = await a.turn([a.user(S.text.prompt)], { maxTokens: S.text.max_tokens });
-  check(unary.text.toLowerCase().includes(S.text.expect), `text ${JSON.stringify(unary.text)}`);
-  return JSON.stringify(unary.text);
-};
+const oneShot = async () => (unary ||= await a.turn([a.user(S.text.prompt)], { maxTokens: S.text.max_tokens }));
 const SCENARIOS = {
-  text,
+  text: async () => {
+    needs("text");
+    const r = await oneShot();
+    check(r.text.toLowerCase().includes(S.text.expect), `text ${JSON.stringify(r.text)}`);
+    return JSON.stringify(r.text);
+  },
   stream: async () => {
-    need(served("streaming"), "the server does not stream");
-    if (!unary) await text();
+    needs("stream");
+    await oneShot();
     const s = await a.turn([a.user(S.text.prompt)], { maxTokens: S.text.max_tokens, stream: true });
     check(s.text === unary.text, `streamed ${JSON.stringify(s.text)} != unary ${JSON.stringify(unary.text)}`);
     return JSON.stringify(s.text);
   },
   usage: async () => {
-    if (!unary) await text();
-    const u = unary.usage;
+    const u = (await oneShot()).usage;
     cutUnread(unary);
     check(u && u.input > 0 && u.output > 0, `usage ${JSON.stringify(u)}`);
     return `${u.input} in / ${u.output} out`;
@@ -71,6 +82,7 @@ const SCENARIOS = {
     return `${r.usage.output} output tokens (cap ${c.max_tokens})`;
   },
   multi: async () => {
+    needs("text");
     const m = S.multi;
     const h = m.history.flatMap(([q, ans]) => [a.user(q), a.assistant(ans)]).concat([a.user(m.prompt)]);
     const r = await a.turn(h, { maxTokens: m.max_tokens });
@@ -79,6 +91,7 @@ const SCENARIOS = {
   },
   stop: async () => {
     need(a.can.stop, "the client has no stop option");
+    needs("stop");
     const r = await a.turn([a.user(S.stop.prompt)], { maxTokens: S.stop.max_tokens, stop: [S.stop.stop] });
     check(!r.text.includes(S.stop.stop) && r.text.trim(), `text ${JSON.stringify(r.text)}`);
     return JSON.stringify(r.text);
@@ -86,8 +99,8 @@ const SCENARIOS = {
   tools: toolLoop(false),
   tools_stream: toolLoop(true),
   reasoning: async () => {
-    need(a.can.reasoning, "the client has no reasoning switch");
-    need(served("reasoning"), "the server offers no reasoning switch the settings can use");
+    need(a.can.reasoning, "the client has no reasoning switch, or shows no reasoning text");
+    needs("reasoning");
     const on = await a.turn([a.user(S.reasoning.prompt)], { maxTokens: S.reasoning.max_tokens, reasoning: true });
     const off = await a.turn([a.user(S.reasoning.prompt)], { maxTokens: S.reasoning.max_tokens, reasoning: false });
     check(on.reasoning.trim(), `on: no reasoning; text ${JSON.stringify(on.text)}`);
@@ -96,7 +109,7 @@ const SCENARIOS = {
   },
   chain: async () => {
     need(a.chain, "not a Responses client");
-    need(served("responses_chaining"), "the server does not chain responses");
+    needs("text", "chaining");
     return await a.chain();
   },
 };
@@ -105,10 +118,14 @@ for (const name of S.order) {
   let row;
   try {
     await fetch(`${base}/__scenario`, { method: "POST", body: JSON.stringify({ client, scenario: name }) });
-    need(served(a.surface), `the server has no ${a.surface} endpoint`);
-    // A client that always streams (pi) reads usage only from a stream's usage chunk.
-    need(!["usage", "cap"].includes(name) || !a.alwaysStreams || served("stream_usage"),
-      "the client always streams and the server sends no usage in streams");
+    // What every scenario needs: the client's surface; the body fields the server needs to
+    // answer plainly (openai_sdk.thinking_off, which every adapter sends on every turn that does
+    // not turn reasoning on), for a client that cannot send them; for a client that always
+    // streams (pi), well-formed streams, with usage to judge usage and the cap by.
+    needs("endpoint");
+    if (settings.openai_sdk?.thinking_off) limit("extra_body");
+    if (a.alwaysStreams) needs("stream");
+    if (a.alwaysStreams && ["usage", "cap"].includes(name)) needs("stream_usage");
     row = { outcome: "PASS", detail: await SCENARIOS[name]() };
   } catch (e) {
     row = e instanceof Unsupported ? { outcome: "UNSUPPORTED", detail: e.message }

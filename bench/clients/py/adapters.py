@@ -16,6 +16,14 @@ class Unsupported(Exception):
     """The scenario needs what the server lacks or the client cannot do (a declared limit)."""
 
 
+def thinking_off(settings: dict[str, Any]) -> dict[str, Any]:
+    """The body fields a server needs to answer plainly (openai_sdk.thinking_off, e.g. vLLM's
+    `chat_template_kwargs.enable_thinking: false`, without which its reasoning parser files a
+    plain answer as reasoning): every adapter sends them, through the client's own extra-body
+    option, on every turn that does not turn reasoning on."""
+    return dict(settings["openai_sdk"].get("thinking_off") or {})
+
+
 def _usage(i: Any, o: Any) -> dict[str, int] | None:
     return {"input": i, "output": o} if i is not None and o is not None else None
 
@@ -25,7 +33,7 @@ class OpenAIChat:
         import openai
 
         self.client = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0)
-        self.model, self.sdk, t = model, settings["openai_sdk"], S["tool"]
+        self.model, self.sdk, self.off, t = model, settings["openai_sdk"], thinking_off(settings), S["tool"]
         self.tools = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
                                                          "parameters": t["parameters"]}}]
         self.can = {"stop": True, "reasoning": settings["pi_compat"]["supportsReasoningEffort"]}
@@ -49,6 +57,8 @@ class OpenAIChat:
             kw["stop"] = stop
         if reasoning:
             kw["reasoning_effort"] = "high"
+        elif self.off:
+            kw["extra_body"] = self.off
         if not stream:
             r = self.client.chat.completions.create(**kw)
             m = r.choices[0].message
@@ -95,7 +105,7 @@ class OpenAIResponses:
 
         self.openai = openai
         self.client = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0)
-        self.model, t, self.S = model, S["tool"], S
+        self.model, t, self.S, self.off = model, S["tool"], S, thinking_off(settings)
         self.tools = [{"type": "function", "name": t["name"], "description": t["description"],
                        "parameters": t["parameters"]}]
         self.can = {"stop": False, "reasoning": True}
@@ -138,6 +148,8 @@ class OpenAIResponses:
             kw["reasoning"] = {"effort": "high" if reasoning else "none"}
             if reasoning:  # as pi does: a stateless client keeps the reasoning to send it back
                 kw["include"] = ["reasoning.encrypted_content"]
+        if not reasoning and self.off:
+            kw["extra_body"] = self.off
         r = self._create(stream, **kw)
         items = [i.model_dump(exclude_none=True) for i in r.output]
         reasoning_text = "".join(p.get("text", "") for i in items if i["type"] == "reasoning"
@@ -167,7 +179,7 @@ class Anthropic:
         import anthropic
 
         self.client = anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0)
-        self.model, t = model, S["tool"]
+        self.model, t, self.off = model, S["tool"], thinking_off(settings)
         self.tools = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}]
         self.can = {"stop": True, "reasoning": True}
 
@@ -184,7 +196,7 @@ class Anthropic:
              stop: list[str] | None = None, reasoning: bool | None = None) -> dict[str, Any]:
         # The current SDK has no temperature argument (the newest models take none): sent as a body field.
         kw: dict[str, Any] = {"model": self.model, "messages": h, "max_tokens": max_tokens,
-                              "extra_body": {"temperature": 0}}
+                              "extra_body": {"temperature": 0, **self.off}}
         if tools:
             kw["tools"] = self.tools
         if stop:
@@ -213,7 +225,7 @@ class LangChain:
                                             **kw)
         # ChatOpenAI's max_tokens goes out as max_completion_tokens; where the settings say the
         # server honours only max_tokens (llama-cpp-python), it is sent as a body field instead.
-        self.field = settings["openai_sdk"]["max_tokens_parameter"]
+        self.field, self.off = settings["openai_sdk"]["max_tokens_parameter"], thinking_off(settings)
         t = S["tool"]
         self.tools = [{"type": "function", "function": {"name": t["name"], "description": t["description"],
                                                          "parameters": t["parameters"]}}]
@@ -234,8 +246,11 @@ class LangChain:
 
     def turn(self, h: list[Any], max_tokens: int, tools: bool = False, stream: bool = False,
              stop: list[str] | None = None, reasoning: bool | None = None) -> dict[str, Any]:
-        llm: Any = self.make(max_tokens=max_tokens) if self.field == "max_completion_tokens" else self.make(
-            extra_body={"max_tokens": max_tokens})
+        body = {} if reasoning else dict(self.off)
+        kw: dict[str, Any] = {"max_tokens": max_tokens}
+        if self.field != "max_completion_tokens":
+            kw, body["max_tokens"] = {}, max_tokens
+        llm: Any = self.make(**kw, extra_body=body or None)
         if tools:
             llm = llm.bind_tools(self.tools)
         if stream:
@@ -262,6 +277,7 @@ class PydanticAI:
         self.model = OpenAIChatModel(model, provider=OpenAIProvider(base_url=base + "/v1", api_key=KEY))
         self.S = S
         self.field = settings["openai_sdk"]["max_tokens_parameter"]  # see LangChain's
+        self.off = thinking_off(settings)
         self.can = {"stop": True, "reasoning": False}
 
     def user(self, text: str) -> Any:
@@ -272,20 +288,23 @@ class PydanticAI:
         from pydantic_ai.messages import ModelResponse, TextPart
         return ModelResponse(parts=[TextPart(text)])
 
-    def _agent(self, max_tokens: int, stop: list[str] | None = None) -> Any:
+    def _agent(self, max_tokens: int, stop: list[str] | None = None, reasoning: bool | None = None) -> Any:
         from pydantic_ai import Agent
         settings: dict[str, Any] = {"temperature": 0}
+        body = {} if reasoning else dict(self.off)
         if self.field == "max_completion_tokens":
             settings["max_tokens"] = max_tokens  # sent as max_completion_tokens
         else:
-            settings["extra_body"] = {"max_tokens": max_tokens}
+            body["max_tokens"] = max_tokens
+        if body:
+            settings["extra_body"] = body
         if stop:
             settings["stop_sequences"] = stop
         return Agent(self.model, model_settings=settings)
 
     def turn(self, h: list[Any], max_tokens: int, tools: bool = False, stream: bool = False,
              stop: list[str] | None = None, reasoning: bool | None = None) -> dict[str, Any]:
-        agent = self._agent(max_tokens, stop)
+        agent = self._agent(max_tokens, stop, reasoning)
         prompt = h[-1].parts[0].content
         if stream:
             import asyncio

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from adapters import _usage
+from adapters import _usage, thinking_off
 
 CLI_ENV = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
            "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
@@ -64,6 +64,11 @@ class LlmCli:
         # llm reads no reasoning text from Chat Completions (no reasoning_content in
         # llm/default_plugins/openai_models.py): nothing to check.
         self.can = {"stop": True, "reasoning": False}
+        self.limits = {"extra_body": (
+            "llm 0.36 sends no body field of its own choosing: its extra-openai-models.yaml entry is read for "
+            "a fixed set of keys (llm/default_plugins/openai_models.py, register_models: api_base, headers, "
+            "can_stream, supports_tools, ...), a request carries only the prompt's options (build_kwargs), "
+            "and the options refuse any other name (llm/models.py, Options: extra=\"forbid\")")}
 
     def _llm(self, *args: str, stream: bool = False) -> tuple[str, dict[str, int] | None]:
         argv = [str(Path(sys.executable).parent / "llm"), "prompt", "-m", "bench", "-u",
@@ -114,7 +119,7 @@ class Aider:
     user, assistant = staticmethod(user), staticmethod(assistant)
 
     def __init__(self, base: str, model: str, settings: dict[str, Any], S: dict[str, Any]):
-        self.base, self.model, self.S = base, model, S
+        self.base, self.model, self.S, self.off = base, model, S, thinking_off(settings)
         self.can = {"stop": False, "reasoning": False}
         self.limits = {"usage": "aider shows token counts it computes itself when the server sends no usage "
                                 "(aider/coders/base_coder.py, calculate_and_show_tokens_and_cost): its display "
@@ -131,6 +136,10 @@ class Aider:
                 "--chat-mode", "ask", "--map-tokens", "0", "--no-check-update", "--analytics-disable",
                 "--no-show-release-notes", "--no-show-model-warnings", "--no-pretty", "--no-fancy-input",
                 "--stream" if stream else "--no-stream", *(["--restore-chat-history"] if restore else [])]
+        if self.off:  # aider's settings for every model (aider/models.py): litellm sends extra_body as is
+            (Path(cwd) / "settings.yml").write_text(json.dumps(  # JSON is YAML
+                [{"name": "aider/extra_params", "extra_params": {"extra_body": self.off}}]))
+            argv += ["--model-settings-file", str(Path(cwd) / "settings.yml")]
         run(argv, {"HOME": cwd, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, cwd)
         # The last answer in its chat history: the lines after the last `#### prompt` line, up to
         # its `> Tokens:` report.
