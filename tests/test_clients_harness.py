@@ -214,6 +214,9 @@ def test_stop_tools_and_streamed_tools_each_need_their_own_key(scenarios):
     # pi streams even its unary tool turn.
     assert unsupported(outcomes(scenarios, {"tools_stream": False}, always_streams=True)) == {
         "tools": streamed, "tools_stream": streamed}
+    history = "the server refuses a Responses history of message items without `type`, which this client sends (discovery)"
+    assert unsupported(outcomes(scenarios, {"responses_history": False}, untyped_history=True)) == {"multi": history}
+    assert unsupported(outcomes(scenarios, {"responses_history": False})) == {}  # typed items (pi): not needed
     assert unsupported(outcomes(scenarios, {"responses_chaining": False})) == {
         "chain": "the server does not answer a response chained onto one it just stored (discovery)"}
 

@@ -83,6 +83,7 @@ const SCENARIOS = {
   },
   multi: async () => {
     needs("text");
+    if (a.untypedHistory) needs("history");  // message items without `type` (the SDK's easy input)
     const m = S.multi;
     const h = m.history.flatMap(([q, ans]) => [a.user(q), a.assistant(ans)]).concat([a.user(m.prompt)]);
     const r = await a.turn(h, { maxTokens: m.max_tokens });

@@ -99,6 +99,7 @@ class OpenAIResponses:
     """The official SDK's Responses client; chain() is the store/previous_response_id turn."""
 
     surface = "responses"
+    untyped_history = True  # user/assistant give {"role", "content"} items, the SDK's EasyInputMessageParam
 
     def __init__(self, base: str, model: str, settings: dict[str, Any], S: dict[str, Any]):
         import openai

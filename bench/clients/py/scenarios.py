@@ -107,6 +107,8 @@ class Scenarios:
 
     def multi(self) -> str:
         self.needs("text")
+        if getattr(self.a, "untyped_history", False):  # message items without `type` (the SDK's easy input)
+            self.needs("history")
         m = self.S["multi"]
         h = [e for q, ans in m["history"] for e in (self.a.user(q), self.a.assistant(ans))] + [self.a.user(m["prompt"])]
         r = self.a.turn(h, max_tokens=m["max_tokens"])
