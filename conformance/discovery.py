@@ -13,8 +13,7 @@ from colibri.spec.vectors import expand_model
 
 from .exchange import Exchange, TransportError, model_of
 from .runner import Result
-from .usability import WHAT as USABILITY
-from .usability import follow_up
+from .usability import chat_message, follow_up, reasoning_field
 
 #: An id no server holds: the chaining probe asks for it.
 UNKNOWN_RESPONSE = "resp_00000000000000000000000000000000"
@@ -217,16 +216,10 @@ def _state(name: str, ex: Exchange) -> tuple[str, str]:
 ANSWER_PROBES = {"reasoning", "tool_choice_none", "tool_choice_required", "tool_choice_forced"}
 
 
-def _message(doc: Any) -> dict[str, Any]:
-    choices = doc.get("choices") if isinstance(doc, dict) else None
-    msg = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
-    return msg if isinstance(msg, dict) else {}
-
-
 def _answer_state(name: str, doc: Any) -> tuple[str, str]:
-    msg = _message(doc)
+    msg = chat_message(doc)
     if name == "reasoning":
-        field = next((f for f in ("reasoning_content", "reasoning") if isinstance(msg.get(f), str) and msg[f]), None)
+        field = reasoning_field(msg)
         return ("served", f"reasoning in {field}") if field else ("ignored", "200 without reasoning")
     calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
     names = [(c.get("function") or {}).get("name") for c in calls]
@@ -333,7 +326,7 @@ class Capabilities:
             return None
         first = vector.rule_id not in self._evidence_given
         self._evidence_given.add(vector.rule_id)
-        what = PROBES[f.name][2] if f.name in PROBES else USABILITY[f.name]
+        what = PROBES[f.name][2]
         return Result("UNSUPPORTED", f.exchange if first else None,
                       reason=f"discovery: not served ({what}: {f.detail})")
 

@@ -15,6 +15,7 @@ from xml.sax.saxutils import escape, quoteattr
 from colibri.paths import data_dir
 
 from .suite import OUTCOMES, RuleResult
+from .usability import SURFACES, THINKING_OFF
 from .usability import WHAT as USABILITY
 
 SCHEMA_VERSION = 1
@@ -54,12 +55,7 @@ def thinking_format(effort: bool, enable_thinking: bool, thinking_type: bool, of
     thinking: {type} because "deepseek" also sends reasoning_effort, which a server without it
     may refuse."""
     if off:
-        if "chat_template_kwargs" in off:
-            return "qwen-chat-template"
-        if "enable_thinking" in off:
-            return "qwen"
-        if "thinking" in off:
-            return "deepseek"
+        return next(fmt for fields, fmt in THINKING_OFF if fields == off)
     if effort:
         return "openai"
     if enable_thinking:
@@ -93,11 +89,15 @@ def client_settings(discovery: dict[str, Any]) -> dict[str, Any]:
             "streaming": accepted("streaming"),
             "logprobs": accepted("logprobs"),
             # tools taken is not enough: a call must come back, and its result be answered
-            "tools": accepted("tools") and accepted("tool_call") and accepted("tool_result"),
-            # and the block content @ai-sdk/anthropic always sends must be taken too
-            "anthropic_messages": accepted("messages") and accepted("messages_blocks"),
-            # fields for every request that does not ask for reasoning (vLLM's qwen3 parser)
+            # (unknown, as in a report from before those probes, is not disproved)
+            "tools": tools_usable(discovery) is not False and accepted("tools"),
+            "anthropic_messages": accepted("messages"),
+            # fields for every request that does not ask for reasoning (vLLM's qwen3 parser),
+            # on the surfaces whose plain answer needs them
             "thinking_off": off,
+            "thinking_off_surfaces": [surface for surface, probe in SURFACES.items()
+                                      if (discovery.get(probe) or {}).get("value") == "thinking_off"
+                                      or (surface == "chat" and off)],
         },
     }
 
@@ -136,6 +136,11 @@ def probed(discovery: dict[str, Any], name: str) -> bool | None:
 def all_of(*probes: bool | None) -> bool | None:
     """A feature that needs several probes: false when one failed, unknown when one is."""
     return False if False in probes else None if None in probes else True
+
+
+def tools_usable(discovery: dict[str, Any]) -> bool | None:
+    """Tools a client can use: taken, a call comes back, and its result is answered."""
+    return all_of(*(probed(discovery, name) for name in ("tools", "tool_call", "tool_result")))
 
 
 def compat_profile(discovery: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -16,7 +16,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
+
+from .checks.anthropic import anthropic_event_order
+from .checks.core import CheckContext, CheckFailure
+from .checks.responses import TERMINAL, responses_stream_brackets
 
 #: The plain prompt and the text a model that follows it answers (the clients' text scenario).
 PLAIN, EXPECT = "Repeat exactly: hello world", "hello world"
@@ -24,10 +29,14 @@ TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 WEATHER = "What is the weather in Paris?"
-#: Request fields that switch thinking off, in the order they are tried: the chat template's own
-#: switch (vLLM, SGLang), the top-level one (Qwen's API), the Z.ai/DeepSeek object, OpenAI's.
-THINKING_OFF = ({"chat_template_kwargs": {"enable_thinking": False}}, {"enable_thinking": False},
-                {"thinking": {"type": "disabled"}}, {"reasoning_effort": "none"})
+#: Request fields that switch thinking off, in the order they are tried, and pi's thinkingFormat
+#: that sends each (pi-ai 0.73.1, providers/openai-completions.js): the chat template's own switch
+#: (vLLM, SGLang), the top-level one (Qwen's API), the Z.ai/DeepSeek object, OpenAI's.
+THINKING_OFF = (({"chat_template_kwargs": {"enable_thinking": False}}, "qwen-chat-template"),
+                ({"enable_thinking": False}, "qwen"), ({"thinking": {"type": "disabled"}}, "deepseek"),
+                ({"reasoning_effort": "none"}, "openai"))
+#: The surfaces a plain answer is asked on, each with the probe that judges it.
+SURFACES = {"chat": "chat_text", "messages": "messages_text", "responses": "responses_text"}
 
 #: name -> what the probe tells (the report's discovery section prints it)
 WHAT = {
@@ -66,20 +75,27 @@ def _status(ex: Any) -> tuple[str, str] | None:
     return None
 
 
-def _message(doc: Any) -> dict[str, Any]:
+def chat_message(doc: Any) -> dict[str, Any]:
+    """choices[0].message of a chat answer, or {} when it has none."""
     choices = doc.get("choices") if isinstance(doc, dict) else None
     msg = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
     return msg if isinstance(msg, dict) else {}
 
 
+def reasoning_field(msg: dict[str, Any]) -> str | None:
+    """The field a chat message carries its reasoning text in (servers differ), or None."""
+    return next((f for f in ("reasoning_content", "reasoning") if isinstance(msg.get(f), str) and msg[f]), None)
+
+
 def chat_content(ex: Any) -> str:
-    content = _message(_doc(ex)).get("content")
+    content = chat_message(_doc(ex)).get("content")
     return content if isinstance(content, str) else ""
 
 
 def _reasoning(ex: Any) -> str:
-    msg = _message(_doc(ex))
-    return next((msg[f] for f in ("reasoning_content", "reasoning") if isinstance(msg.get(f), str) and msg[f]), "")
+    msg = chat_message(_doc(ex))
+    field = reasoning_field(msg)
+    return msg[field] if field else ""
 
 
 def _holds(text: str, where: str) -> tuple[str, str]:
@@ -107,17 +123,19 @@ def _arguments_ok(arguments: Any) -> bool:
 
 
 def judge_tool_call(ex: Any) -> Judged:
-    calls = _calls(_message(_doc(ex)))
+    calls = _calls(chat_message(_doc(ex)))
     if not calls:
         return "ignored", f"200 without a call, content {chat_content(ex)[:60]!r}", None
     fn = calls[0]["function"]
+    if not isinstance(calls[0].get("id"), str):  # the tool result must name the call it answers
+        return "ignored", f"200, {fn.get('name')} called without an id", None
     if not _arguments_ok(fn.get("arguments")):
         return "ignored", f"200, {fn.get('name')} called with arguments that are not a JSON object: {fn.get('arguments')!r}", None
     return "served", f"{fn.get('name')} called", {"id": calls[0].get("id"), "type": "function", "function": fn}
 
 
 def judge_tool_result(ex: Any) -> Judged:
-    msg = _message(_doc(ex))
+    msg = chat_message(_doc(ex))
     if chat_content(ex).strip() or _calls(msg):
         return "served", "answered", None
     return "ignored", "200 with neither content nor a call", None
@@ -139,19 +157,24 @@ def _events(ex: Any) -> list[Any] | None:
 
 
 def judge_tool_call_stream(ex: Any) -> Judged:
+    """The first call assembled from its deltas (by index: parallel calls are told apart), as
+    an SDK's accumulator builds it."""
     events = _events(ex)
     if events is None:
         return "ignored", "200 without a stream of JSON events", None
-    name, args, finish = "", "", None
+    calls: dict[Any, list[str]] = {}  # index -> [name, arguments]
+    finish = None
     for doc in events:
         for choice in doc.get("choices") or [] if isinstance(doc, dict) else []:
             finish = choice.get("finish_reason") or finish
             for call in (choice.get("delta") or {}).get("tool_calls") or []:
-                fn = call.get("function") or {} if isinstance(call, dict) else {}
-                name += fn.get("name") or ""
-                args += fn.get("arguments") or ""
-    if not name:
+                fn = call.get("function") or {}
+                parts = calls.setdefault(call.get("index"), ["", ""])
+                parts[0] += fn.get("name") or ""
+                parts[1] += fn.get("arguments") or ""
+    if not calls:
         return "ignored", "the stream assembles no call", None
+    name, args = next(iter(calls.values()))
     if not _arguments_ok(args):
         return "ignored", f"the streamed arguments are not a JSON object: {args[:80]!r}", None
     if finish is None:
@@ -167,16 +190,21 @@ def judge_messages_text(ex: Any) -> Judged:
     return state, detail, None
 
 
+def _context(ex: Any) -> CheckContext:
+    """What the suite's stream checks read of their context: only the exchange."""
+    return cast(CheckContext, SimpleNamespace(exchange=ex))
+
+
 def judge_messages_stream(ex: Any) -> Judged:
-    events = _events(ex)
-    if events is None:
-        return "ignored", "200 without a stream of JSON events", None
-    kinds = [e.get("type") for e in events if isinstance(e, dict) and e.get("type") != "ping"]
-    order = ["message_start", "content_block_start", "content_block_delta", "content_block_stop",
-             "message_delta", "message_stop"]
-    seen = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]  # runs of deltas as one
-    if [k for k in seen if k in order] != order or kinds[0] != "message_start":
-        return "ignored", f"events {seen[:8]}", None
+    """The suite's own event-order check (msgs.stream.event_order): the Anthropic SDKs dispatch
+    on the event name and assemble each block between its start and stop; pings and several
+    blocks (thinking, then text) are in order."""
+    try:
+        anthropic_event_order(_context(ex))
+    except CheckFailure as e:
+        return "ignored", f"expected {e.expected}, got {str(e.actual)[:100]}", None
+    if not any(e.event == "content_block_delta" for e in ex.events()):  # order alone delivers nothing
+        return "ignored", "no content_block_delta: the stream carries no block to assemble", None
     return "served", "events in the official order", None
 
 
@@ -189,86 +217,115 @@ def judge_responses_text(ex: Any) -> Judged:
     return state, detail, None
 
 
-#: Responses events that OpenAI numbers by output item: an SDK's accumulator indexes by it.
-INDEXED = ("response.output_item.added", "response.output_item.done", "response.content_part.added",
-           "response.content_part.done", "response.output_text.delta", "response.output_text.done")
-
-
 def judge_responses_stream(ex: Any) -> Judged:
-    events = _events(ex)
-    if events is None:
-        return "ignored", "200 without a stream of JSON events", None
-    for e in events:
-        kind = e.get("type") if isinstance(e, dict) else None
-        if not isinstance(kind, str):
-            return "ignored", f"an event without a type: {json.dumps(e)[:80]}", None
-        if not isinstance(e.get("sequence_number"), int):
-            return "ignored", f"{kind} without sequence_number", None
-        if kind in INDEXED and not isinstance(e.get("output_index"), int):
-            return "ignored", f"{kind} without output_index", None
-    last = events[-1].get("type") if events else None
-    if last not in ("response.completed", "response.incomplete", "response.failed"):
+    """What the SDKs' stream accumulators index by (output_index, content_index, the item ids:
+    the suite's resp.stream.brackets check) and a terminal event to end on. sequence_number,
+    which only a resumed stream reads, is left to rule resp.stream.sequence."""
+    try:
+        responses_stream_brackets(_context(ex))
+    except CheckFailure as e:
+        return "ignored", f"expected {e.expected}, got {str(e.actual)[:100]}", None
+    events = _events(ex) or []
+    last = events[-1].get("type") if events and isinstance(events[-1], dict) else None
+    if last not in TERMINAL:
         return "ignored", f"the stream ends with {last}", None
-    return "served", f"numbered events, ending with {last}", None
+    return "served", f"items and parts indexed, ending with {last}", None
 
 
-def accepted(ex: Any) -> Judged:
-    return "served", "200", None
+#: What a judge raises on an answer shaped unlike any API's (a number for a name, a list for a
+#: body): the probe files it as not delivered rather than stopping the run.
+MALFORMED = (AttributeError, TypeError, ValueError, KeyError, IndexError)
+
+
+def _judged(ex: Any, judge: Callable[[Any], Judged]) -> Judged:
+    state_detail = _status(ex)
+    if state_detail:
+        return (*state_detail, None)
+    try:
+        return judge(ex)
+    except MALFORMED as e:
+        return "ignored", f"an answer the probe cannot read ({type(e).__name__}: {str(e)[:80]})", None
 
 
 def _run(name: str, send: Send, endpoint: str, fields: dict[str, Any], judge: Callable[[Any], Judged], record: Any) -> Any:
+    """Send, judge, file; the exchange when served, else None (a transport failure files nothing:
+    the probe stays unknown)."""
     ex = send(endpoint, fields)
-    if ex is None:  # the transport failed; send recorded it
+    if ex is None:
         return None
-    state_detail = _status(ex)
-    state, detail, value = (*state_detail, None) if state_detail else judge(ex)
+    state, detail, value = _judged(ex, judge)
     record(name, state, ex, detail, value)
     return ex if state == "served" else None
 
 
 def _thinking_off(send: Send, plain: dict[str, Any], record: Any) -> tuple[dict[str, Any], Any] | None:
     """The first switch that brings the plain answer back as content (with that answer), or None."""
-    last = None
-    for fields in THINKING_OFF:
+    tried = []
+    for fields, _ in THINKING_OFF:
         ex = send("chat", {**plain, **fields})
         if ex is None:
             continue
-        last = ex
+        tried.append(ex)
         if ex.status == 200 and EXPECT in chat_content(ex).lower() and not _reasoning(ex):
             record("thinking_off", "served", ex, f"{json.dumps(fields)} brings the answer back as content", fields)
             return fields, ex
-    if last is not None:
-        record("thinking_off", "ignored", last, "no switch tried brings the answer back as content", None)
+    if tried:
+        refused = all(400 <= ex.status < 500 for ex in tried)
+        record("thinking_off", "refused" if refused else "ignored", tried[-1],
+               "every switch tried was refused" if refused else "no switch tried brings the answer back as content", None)
     return None
 
 
 def follow_up(send: Send, served: Callable[[str], bool], record: Any) -> None:
     """Run every usability probe that its prerequisites allow. `send(endpoint, fields)` returns
-    the Exchange (or None when the transport failed, which it records itself); `served(name)`
-    reads a finding so far; `record(name, state, exchange, detail, value)` files one."""
+    the Exchange, or None when the transport failed; `served(name)` reads a finding so far;
+    `record(name, state, exchange, detail, value)` files one."""
     if not served("chat"):
         return
     plain = {"messages": [{"role": "user", "content": PLAIN}], "max_tokens": 20}
     ex = send("chat", plain)
     if ex is None:
         return
-    st = _status(ex)
-    state, detail, _ = (*st, None) if st else judge_chat_text(ex)
+    state, detail, _ = _judged(ex, judge_chat_text)
     record("chat_text", state, ex, detail, None)
     off: dict[str, Any] = {}
     if state == "ignored" and _reasoning(ex) and (switched := _thinking_off(send, plain, record)):
         off, ex = switched
     _stop(send, {**plain, **off}, ex, record)
     _tools(send, served, off, record)
-    _messages(send, served, off, record)
-    _responses(send, served, off, record)
+    if served("messages"):
+        _messages(send, _plain_on(send, "messages", off, record), record)
+    if served("responses"):
+        _responses(send, served, _plain_on(send, "responses", off, record), record)
+
+
+def _plain_on(send: Send, endpoint: str, off: dict[str, Any], record: Any) -> dict[str, Any]:
+    """The plain request on a surface, and its probe filed: sent as it is first, and with the
+    thinking switch only when the answer needs it there (a surface that validates its fields
+    may refuse a chat-template field it has no use for). Value "thinking_off" marks a surface
+    that needs the switch; the request returned carries it then."""
+    plain: dict[str, Any] = ({"messages": [{"role": "user", "content": PLAIN}], "max_tokens": 20} if endpoint == "messages"
+                             else {"input": PLAIN, "max_output_tokens": 20})
+    judge = judge_messages_text if endpoint == "messages" else judge_responses_text
+    ex = send(endpoint, plain)
+    judged = _judged(ex, judge) if ex is not None else None
+    if off and (judged is None or judged[0] != "served"):
+        with_off = send(endpoint, {**plain, **off})
+        if with_off is not None and (j := _judged(with_off, judge))[0] == "served":
+            record(SURFACES[endpoint], "served", with_off, f"{j[1]}, with {json.dumps(off)}", "thinking_off")
+            return {**plain, **off}
+    if judged is not None:
+        record(SURFACES[endpoint], judged[0], ex, judged[1], None)
+    return plain
 
 
 def _stop(send: Send, plain: dict[str, Any], answered: Any, record: Any) -> None:
     """Stop at the second word of the plain answer, which without the stop comes back."""
     words = chat_content(answered).split() if answered is not None and answered.status == 200 else []
     if len(words) < 2:
-        _run("stop_list", send, "chat", {**plain, "stop": ["\n\n", "END", "###", "User:"]}, accepted, record)
+        def taken(ex: Any) -> Judged:
+            return "served", "200; not judged whether it stops (the plain answer has under two words)", None
+        _run("stop_list", send, "chat", {**plain, "stop": ["\n\n", "END", "###", "User:"]}, taken, record)
         return
     word = words[1]
 
@@ -295,27 +352,28 @@ def _tools(send: Send, served: Callable[[str], bool], off: dict[str, Any], recor
         _run("tool_call_stream", send, "chat", {**ask, "stream": True}, judge_tool_call_stream, record)
 
 
-def _messages(send: Send, served: Callable[[str], bool], off: dict[str, Any], record: Any) -> None:
-    if not served("messages"):
-        return
-    plain = {"messages": [{"role": "user", "content": PLAIN}], "max_tokens": 20, **off}
-    _run("messages_text", send, "messages", plain, judge_messages_text, record)
+def accepted(ex: Any) -> Judged:
+    return "served", "200", None
+
+
+def _messages(send: Send, plain: dict[str, Any], record: Any) -> None:
     blocks = [{"role": "user", "content": [{"type": "text", "text": PLAIN}]}]
     _run("messages_blocks", send, "messages", {**plain, "messages": blocks}, accepted, record)
     _run("messages_stream", send, "messages", {**plain, "stream": True}, judge_messages_stream, record)
 
 
-def _responses(send: Send, served: Callable[[str], bool], off: dict[str, Any], record: Any) -> None:
-    if not served("responses"):
-        return
-    plain = {"input": PLAIN, "max_output_tokens": 20, **off}
-    _run("responses_text", send, "responses", plain, judge_responses_text, record)
+def _responses(send: Send, served: Callable[[str], bool], plain: dict[str, Any], record: Any) -> None:
     history = [{"role": "user", "content": "Repeat exactly: hello"}, {"role": "assistant", "content": "hello"},
                {"role": "user", "content": PLAIN}]
     _run("responses_history", send, "responses", {**plain, "input": history}, accepted, record)
     _run("responses_stream", send, "responses", {**plain, "stream": True}, judge_responses_stream, record)
+    if not served("responses_chaining"):  # previous_response_id refused or ignored by name: nothing to chain
+        return
     parent = send("responses", {**plain, "store": True})
-    parent_id = (_doc(parent) or {}).get("id") if parent is not None and parent.status == 200 else None
+    try:
+        parent_id = parent.json().get("id") if parent is not None and parent.status == 200 else None
+    except MALFORMED:
+        parent_id = None
     if not isinstance(parent_id, str):
         return
     ex = send("responses", {**plain, "input": "Repeat exactly: world", "previous_response_id": parent_id})

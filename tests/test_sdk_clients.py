@@ -182,8 +182,17 @@ def test_thinking_off_rides_on_every_turn_but_the_one_that_turns_reasoning_on(ha
     adapters, scenarios, url, model, settings, rec = harness
     s = json.loads((HARNESS / "scenarios.json").read_text())
     off = {"chat_template_kwargs": {"enable_thinking": False}}
-    a = adapters.ADAPTERS[client](base=url, model=model, S=s,
-                                  settings={**settings, "openai_sdk": {**settings["openai_sdk"], "thinking_off": off}})
+
+    def adapter(surfaces):
+        sdk = {**settings["openai_sdk"], "thinking_off": off, "thinking_off_surfaces": surfaces}
+        return adapters.ADAPTERS[client](base=url, model=model, S=s, settings={**settings, "openai_sdk": sdk})
+    # Only on the surfaces whose plain answer needs it: elsewhere nothing is added.
+    a = adapter([])
+    rec.tag = (client, "thinking_off elsewhere")
+    a.turn([a.user("hi")], max_tokens=5)
+    (sent,) = rec.of(client, "thinking_off elsewhere")
+    assert "chat_template_kwargs" not in json.loads(sent["request"])
+    a = adapter(["chat", "messages", "responses"])
     for reasoning in (None, False, True):
         rec.tag = (client, f"thinking_off, reasoning {reasoning}")
         if reasoning:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", type=Path, default=install.CACHE / "results")
     p.add_argument("--matrix", type=Path, help="write the docs pages from every result in --out")
     a = p.parse_args(argv)
+    # A SIGTERM (tox, CI, a user's kill) must unwind like Ctrl-C so that with_peer stops its servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
     clients = [c for c in PY_CLIENTS + JS_CLIENTS if not a.only or any(o.lower() in c.lower() for o in a.only)]
     failed = 0
     if a.server or a.base_url:

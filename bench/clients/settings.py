@@ -10,15 +10,15 @@ from typing import Any
 
 from colibri.spec import load_spec
 from conformance.discovery import Capabilities
-from conformance.report import all_of, compat_profile, probed
+from conformance.report import all_of, compat_profile, probed, tools_usable
 from conformance.targets import remote_target
 
-SERVED = ("chat", "streaming", "stream_usage", "messages_text", "messages_stream", "responses", "responses_text",
-          "responses_history", "responses_stream")
+SERVED = ("chat", "streaming", "stream_usage", "messages", "messages_text", "messages_blocks", "messages_stream",
+          "responses", "responses_text", "responses_history", "responses_stream")
 
 #: The probes a served flag rests on, where they are not just the flag's own name.
 RESTS_ON = {"chat_text": ("chat_text", "thinking_off"), "stop": ("stop_list",), "tools": ("tools", "tool_call", "tool_result"),
-            "tools_stream": ("tool_call_stream",), "messages": ("messages", "messages_blocks"),
+            "tools_stream": ("tool_call_stream",),
             "responses_chaining": ("responses_chaining", "responses_chain_stored"), "reasoning": ("reasoning",)}
 
 
@@ -49,8 +49,7 @@ def settings_from(found: dict[str, Any]) -> dict[str, Any]:
     # comes back and whose result is answered, block content taken, a stored response chained.
     p = profile["delivers"]
     served.update(chat_text=True if p["chat_text"] or profile["thinking_off"] else p["chat_text"],
-                  stop=p["stop_list"], tools=all_of(probed(found, "tools"), p["tool_call"], p["tool_result"]),
-                  tools_stream=p["tool_call_stream"], messages=all_of(probed(found, "messages"), p["messages_blocks"]),
+                  stop=p["stop_list"], tools=tools_usable(found), tools_stream=p["tool_call_stream"],
                   responses_chaining=all_of(probed(found, "responses_chaining"), p["responses_chain_stored"]))
     # Reasoning is offered when the settings carry a switch a client can pull.
     served["reasoning"] = bool(profile["pi_compat"]["thinkingFormat"]) and profile["reasoning_field"] is not None

@@ -15,7 +15,10 @@ const KEY = "local";
 // chat_template_kwargs.enable_thinking false): every adapter sends them, the client's own way,
 // on every turn that does not turn reasoning on. pi-ai's completions provider sends them itself
 // when the derived compat says so (thinkingFormat "qwen-chat-template").
-const thinkingOff = (settings) => settings.openai_sdk?.thinking_off || null;
+// thinking_off_surfaces says on which surfaces the plain answer needs them.
+const thinkingOff = (settings, surface = "chat") =>
+  ((settings.openai_sdk?.thinking_off_surfaces ?? ["chat", "messages", "responses"]).includes(surface)
+    && settings.openai_sdk?.thinking_off) || null;
 
 function piModel(api, { base, model, settings }) {
   const compat = Object.fromEntries(Object.entries(settings.pi_compat).filter(([, v]) => v !== null));
@@ -63,9 +66,11 @@ function piAdapter(api) {
     // one that refuses previous_response_id (llama-server) is sent full transcripts.
     const parks = api === "openai-responses"
       && (env.settings.pi_responses?.parking ?? env.settings.served.responses_chaining === true);
-    // pi's own hook on the request body (onPayload): parking, and on its Responses provider, which
-    // has no compat to say it, the thinking_off fields.
-    const off = api === "openai-responses" ? thinkingOff(env.settings) : null;
+    // pi's own hook on the request body (onPayload): parking, and the thinking_off fields: its
+    // Responses provider has no compat to say them, and its completions provider sends a
+    // thinkingFormat's switch only on a model marked as reasoning and reasoning_effort "none"
+    // only with a thinkingLevelMap (openai-completions.js), so the hook sends them as derived.
+    const off = thinkingOff(env.settings, api === "openai-responses" ? "responses" : "chat");
     const payload = (o) => (params) => {
       const body = off && !o.reasoning ? { ...params, ...off } : params;
       return parks ? park(parking, body) : body;
@@ -204,7 +209,7 @@ function anthropicJs({ base, model, settings, S }) {
   async function turn(h, o) {
     const body = { model, messages: h, max_tokens: o.maxTokens, temperature: 0,
       ...(o.tools ? { tools } : {}), ...(o.stop ? { stop_sequences: o.stop } : {}),
-      ...(o.reasoning ? {} : thinkingOff(settings)) };  // extra body params, sent as given
+      ...(o.reasoning ? {} : thinkingOff(settings, "messages")) };  // extra body params, sent as given
     if (o.reasoning) {  // the official minimum budget; no temperature with thinking
       delete body.temperature;
       Object.assign(body, { thinking: { type: "enabled", budget_tokens: 1024 }, max_tokens: 1024 + o.maxTokens });
@@ -236,14 +241,15 @@ function vercelAnthropic({ base, model, settings, S }) {
   // @ai-sdk/anthropic has no extra-body option; its `fetch` setting is "a middleware to intercept
   // requests" (dist/index.d.ts): it adds the thinking_off fields to each request that does not
   // turn thinking on.
-  const off = thinkingOff(settings);
+  const off = thinkingOff(settings, "messages");
   const fetch = off ? (url, init) => {
     const body = JSON.parse(init.body);
     return globalThis.fetch(url, body.thinking?.type === "enabled" ? init : { ...init, body: JSON.stringify({ ...body, ...off }) });
   } : undefined;
   const provider = createAnthropic({ baseURL: `${base}/v1`, apiKey: KEY, fetch });
   const options = (reasoning) => (reasoning ? { anthropic: { thinking: { type: "enabled", budgetTokens: 1024 } } } : undefined);
-  return vercel(provider(model), options, true, "messages", S);
+  // It sends every message's content as a list of blocks (the official shape), never a string.
+  return { ...vercel(provider(model), options, true, "messages", S), sendsBlocks: true };
 }
 
 function vercel(languageModel, providerOptions, canReason, surface, S) {

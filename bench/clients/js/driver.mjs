@@ -53,7 +53,6 @@ let unary = null;
 const oneShot = async () => (unary ||= await a.turn([a.user(S.text.prompt)], { maxTokens: S.text.max_tokens }));
 const SCENARIOS = {
   text: async () => {
-    needs("text");
     const r = await oneShot();
     check(r.text.toLowerCase().includes(S.text.expect), `text ${JSON.stringify(r.text)}`);
     return JSON.stringify(r.text);
@@ -82,7 +81,6 @@ const SCENARIOS = {
     return `${r.usage.output} output tokens (cap ${c.max_tokens})`;
   },
   multi: async () => {
-    needs("text");
     if (a.untypedHistory) needs("history");  // message items without `type` (the SDK's easy input)
     const m = S.multi;
     const h = m.history.flatMap(([q, ans]) => [a.user(q), a.assistant(ans)]).concat([a.user(m.prompt)]);
@@ -110,7 +108,7 @@ const SCENARIOS = {
   },
   chain: async () => {
     need(a.chain, "not a Responses client");
-    needs("text", "chaining");
+    needs("chaining");
     return await a.chain();
   },
 };
@@ -124,7 +122,9 @@ for (const name of S.order) {
     // not turn reasoning on), for a client that cannot send them; for a client that always
     // streams (pi), well-formed streams, with usage to judge usage and the cap by.
     needs("endpoint");
-    if (settings.openai_sdk?.thinking_off) limit("extra_body");
+    if (settings.openai_sdk?.thinking_off
+        && (settings.openai_sdk.thinking_off_surfaces ?? [a.surface]).includes(a.surface)) limit("extra_body");
+    if (a.sendsBlocks) needs("blocks");
     if (a.alwaysStreams) needs("stream");
     if (a.alwaysStreams && ["usage", "cap"].includes(name)) needs("stream_usage");
     row = { outcome: "PASS", detail: await SCENARIOS[name]() };

@@ -12,16 +12,20 @@ from typing import Any
 KEY = "local"
 
 
+SURFACES = ("chat", "messages", "responses")
+
+
 class Unsupported(Exception):
     """The scenario needs what the server lacks or the client cannot do (a declared limit)."""
 
 
-def thinking_off(settings: dict[str, Any]) -> dict[str, Any]:
-    """The body fields a server needs to answer plainly (openai_sdk.thinking_off, e.g. vLLM's
-    `chat_template_kwargs.enable_thinking: false`, without which its reasoning parser files a
-    plain answer as reasoning): every adapter sends them, through the client's own extra-body
-    option, on every turn that does not turn reasoning on."""
-    return dict(settings["openai_sdk"].get("thinking_off") or {})
+def thinking_off(settings: dict[str, Any], surface: str = "chat") -> dict[str, Any]:
+    """The body fields a server needs to answer plainly on SURFACE (openai_sdk.thinking_off, e.g.
+    vLLM's `chat_template_kwargs.enable_thinking: false`, without which its reasoning parser files
+    a plain answer as reasoning; thinking_off_surfaces says where): every adapter sends them,
+    through the client's own extra-body option, on every turn that does not turn reasoning on."""
+    sdk = settings["openai_sdk"]
+    return dict(sdk.get("thinking_off") or {}) if surface in sdk.get("thinking_off_surfaces", SURFACES) else {}
 
 
 def _usage(i: Any, o: Any) -> dict[str, int] | None:
@@ -106,7 +110,7 @@ class OpenAIResponses:
 
         self.openai = openai
         self.client = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0)
-        self.model, t, self.S, self.off = model, S["tool"], S, thinking_off(settings)
+        self.model, t, self.S, self.off = model, S["tool"], S, thinking_off(settings, "responses")
         self.tools = [{"type": "function", "name": t["name"], "description": t["description"],
                        "parameters": t["parameters"]}]
         self.can = {"stop": False, "reasoning": True}
@@ -180,7 +184,7 @@ class Anthropic:
         import anthropic
 
         self.client = anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0)
-        self.model, t, self.off = model, S["tool"], thinking_off(settings)
+        self.model, t, self.off = model, S["tool"], thinking_off(settings, "messages")
         self.tools = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}]
         self.can = {"stop": True, "reasoning": True}
 

@@ -60,8 +60,10 @@ class Scenarios:
         them; and for a client that always streams, well-formed streams (with usage, to judge
         usage and the cap by)."""
         self.needs("endpoint")
-        if self.settings.get("openai_sdk", {}).get("thinking_off"):
+        if adapters.thinking_off(self.settings, getattr(self.a, "surface", "chat")):
             self.limit("extra_body")
+        if getattr(self.a, "sends_blocks", False):  # Anthropic content as a list of blocks, always
+            self.needs("blocks")
         if getattr(self.a, "always_streams", False):
             self.needs("stream")
             if name in ("usage", "cap"):
@@ -76,7 +78,6 @@ class Scenarios:
         return self.unary
 
     def text(self) -> str:
-        self.needs("text")
         r = self._unary()
         check(self.S["text"]["expect"] in r["text"].lower(), f"text {r['text']!r}")
         return repr(r["text"])
@@ -106,7 +107,6 @@ class Scenarios:
         return f"{u['output']} output tokens (cap {c['max_tokens']})"
 
     def multi(self) -> str:
-        self.needs("text")
         if getattr(self.a, "untyped_history", False):  # message items without `type` (the SDK's easy input)
             self.needs("history")
         m = self.S["multi"]
@@ -161,7 +161,7 @@ class Scenarios:
 
     def chain(self) -> str:
         need(hasattr(self.a, "chain"), "not a Responses client")
-        self.needs("text", "chaining")
+        self.needs("chaining")
         return self.a.chain()
 
 
