@@ -615,6 +615,7 @@ typedef struct {
     float *ah;       /* (cap, max_in/16): each input half block's scale * the sum of its quants (W_Q16) */
     float *ad;       /* (cap rounded up to 4, max_in/32): each input block's scale, rows in fours: (r/4, block, r%4) */
     float *as;       /* (cap, max_in/32): each input block's scale * the sum of its quants */
+    float *ai;       /* as, laid out as ad: (cap rounded up to 4, max_in/32), (r/4, block, r%4) */
 } scratch;
 
 struct colibri_engine {
@@ -640,7 +641,7 @@ static void *xcalloc(size_t n, size_t size) { return n && size ? calloc(n, size)
 static void free_scratch(scratch *s) {
     free(s->x); free(s->xb); free(s->qkv);
     free(s->att_out); free(s->hb); free(s->gu); free(s->att);
-    free(s->aq); free(s->ad); free(s->as); free(s->ah);
+    free(s->aq); free(s->ad); free(s->as); free(s->ai); free(s->ah);
     memset(s, 0, sizeof *s);
 }
 
@@ -660,9 +661,10 @@ static int ensure_scratch(colibri_engine *e, int rows) {
     s->aq = xcalloc(r * e->max_in, 1);
     s->ad = xcalloc((r + 3) / 4 * 4 * e->max_in / 32, sizeof(float));
     s->as = xcalloc(r * e->max_in / 32 + 1, sizeof(float));
+    s->ai = xcalloc((r + 3) / 4 * 4 * e->max_in / 32, sizeof(float));
     s->ah = xcalloc(r * e->max_in / 16 + 1, sizeof(float));
     if (!s->x || !s->xb || !s->qkv || !s->att_out || !s->hb || !s->gu || !s->att || !s->aq || !s->ad || !s->as ||
-        !s->ah) {
+        !s->ai || !s->ah) {
         free_scratch(s);
         return COLIBRI_E_NOMEM;
     }
@@ -718,7 +720,7 @@ static void softmax(float *x, int n) {
 
 /* out (rows, d) = x (rows, n) @ W^T, whatever form W is kept in. */
 static void matmul(colibri_engine *e, float *out, const float *x, const matrix *w, int rows) {
-    const qinput q = {e->s.aq, e->s.ad, e->s.as, e->s.ah};
+    const qinput q = {e->s.aq, e->s.ad, e->s.as, e->s.ai, e->s.ah};
     if (w->kind == W_Q32 || w->kind == W_Q16) e->kernels->block_matmul(out, x, w, rows, e->n_threads, &q);
     else e->kernels->panel_matmul(out, x, w, rows, e->n_threads);
 }

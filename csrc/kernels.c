@@ -190,7 +190,7 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
  * step of amax/127 per value), stated per format in tests/test_gguf.py. Input block scales
  * are stored four rows interleaved, so one vector multiply gives a weight block's scale
  * products for four rows. W_Q16's min term takes the same sum per 16-value half (h). */
-static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, float *s, float *h) {
+static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, float *s, float *si, float *h) {
     const int nb = n / 32;
     for (int r = 0; r < rows; r++)
         for (int b = 0; b < nb; b++) {
@@ -207,6 +207,7 @@ static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, 
             }
             d[((size_t)(r / 4) * nb + b) * 4 + r % 4] = scale;
             s[blk] = scale * (float)(sum[0] + sum[1]);
+            si[((size_t)(r / 4) * nb + b) * 4 + r % 4] = s[blk];
             h[2 * blk] = scale * (float)sum[0];
             h[2 * blk + 1] = scale * (float)sum[1];
         }
@@ -381,6 +382,144 @@ static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, 
 }
 #endif
 
+#ifdef QAVX2
+/* ---- the 256-bit nibble tile (W_Q32 as nibbles: Q4_0, Q4_1, Q4_K on avx2 and avxvnni) ----
+ *
+ * qtile_avx2 takes one block per 256-bit register, so every (weight block, input row) pays a
+ * dot product, a conversion, a scale product and an FMA: four input rows cost the tile 2.19x one
+ * row (perf, BENCHMARKS.md "Issue 52 targets"), and 4 slots missed 2x one slot. Here a register
+ * holds two blocks, as the AVX-512 tile does: 32 bytes of nibbles are blocks b and b + 1, so
+ * their low nibbles are values 0-15 of b then of b + 1 and their high nibbles values 16-31 of
+ * each, with no shuffle of the weights; the input rows are loaded in the same halves (input_halves).
+ * The two dot products land in lanes 0-3 (block b) and 4-7 (block b + 1) of one int32 vector,
+ * which takes one conversion and one FMA, its scale products picked per row from one vector
+ * multiply of four rows' input scales (ad's interleaved layout) by the two weight scales. */
+
+/* Values 0-15 (upper = 0) or 16-31 (upper = 1) of input blocks b and b + 1 of one row, b + 1's
+ * half zero if !two. */
+static inline __attribute__((always_inline)) __m256i input_halves(const int8_t *a, int b, int upper, int two) {
+    const __m128i x = _mm_loadu_si128((const __m128i *)(a + (size_t)b * 32 + 16 * upper));
+    if (!two) return _mm256_zextsi128_si256(x);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(x),
+                                   _mm_loadu_si128((const __m128i *)(a + (size_t)(b + 1) * 32 + 16 * upper)), 1);
+}
+
+/* Σ lo·alo + Σ hi·ahi as eight int32 partial sums. Without VNNI the two maddubs results are added
+ * in 16 bits first: a nibble pair sum is at most 2 x 15 x 127 = 3810, two of them 7620, far from
+ * saturating. */
+static inline __attribute__((always_inline)) __m256i qdot_nibbles(__m256i lo, __m256i hi, __m256i alo, __m256i ahi) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo, alo), hi, ahi);
+#else
+    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+#endif
+}
+
+/* Row r's sum of the lanes of acc[r], in lane r (rows 0-3): three horizontal adds for four rows
+ * instead of a reduction each. Lane r depends on acc[r] alone, in one order whatever the others hold. */
+static inline __attribute__((always_inline)) __m128 hsum8x4(const __m256 acc[4]) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+/* acc[o][r] += blocks b and b + 1 (b alone if !two) of weight row o · input row r, for OB weight
+ * rows and RB input rows (see qtile); macc[o] += their min terms, min_w (scale_a Σa) for rows 0-3
+ * in lanes 0-3 (block b) and 4-7 (block b + 1), one product for four rows from the input sums ai
+ * in ad's layout. */
+static inline __attribute__((always_inline)) void qnibble_blocks(__m256 acc[2][4], __m256 macc[2], const qrow *w, int b,
+                                                               int two, const int8_t *aq, const float *ad,
+                                                               const float *ai, int n, int OB, int RB) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    /* lanes 0-3: block b's input scale (sum) in rows 0-3; lanes 4-7: block b + 1's (zero if !two) */
+    const __m256 adv = two ? _mm256_loadu_ps(ad + (size_t)b * 4) : _mm256_zextps128_ps256(_mm_loadu_ps(ad + (size_t)b * 4));
+    const __m256 aiv = two ? _mm256_loadu_ps(ai + (size_t)b * 4) : _mm256_zextps128_ps256(_mm_loadu_ps(ai + (size_t)b * 4));
+    __m256i lo[2], hi[2];
+    __m256 prod[2];  /* weight scale x input scale, in the lanes of adv */
+    for (int o = 0; o < OB; o++) {
+        const __m256i x = two ? _mm256_loadu_si256((const __m256i *)(w[o].q + (size_t)b * 16))
+                              : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w[o].q + (size_t)b * 16)));
+        lo[o] = _mm256_and_si256(x, low);
+        hi[o] = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
+        const __m256 sv = _mm256_set_m128(_mm_set1_ps(two ? w[o].scale[b + 1] : 0.0f), _mm_set1_ps(w[o].scale[b]));
+        const __m256 mv = _mm256_set_m128(_mm_set1_ps(two ? w[o].min[b + 1] : 0.0f), _mm_set1_ps(w[o].min[b]));
+        prod[o] = _mm256_mul_ps(sv, adv);
+        macc[o] = _mm256_fmadd_ps(mv, aiv, macc[o]);
+    }
+    for (int r = 0; r < RB; r++) {
+        const int8_t *a = aq + (size_t)r * n;
+        const __m256i alo = input_halves(a, b, 0, two), ahi = input_halves(a, b, 1, two);
+        const __m256i pick = _mm256_set_epi32(4 + r, 4 + r, 4 + r, 4 + r, r, r, r, r);
+        for (int o = 0; o < OB; o++) {
+            const __m256 p = _mm256_cvtepi32_ps(qdot_nibbles(lo[o], hi[o], alo, ahi));
+            acc[o][r] = _mm256_fmadd_ps(p, _mm256_permutevar8x32_ps(prod[o], pick), acc[o][r]);
+        }
+    }
+}
+
+/* qtile (OB weight rows x RB input rows) for QF_NIBBLES on 256-bit registers, two blocks a step.
+ * The per-output work (the lane sums and the min term) is done for four rows at once, as it
+ * would otherwise grow with the rows as fast as the dot products. */
+static inline __attribute__((always_inline)) void qtile_nibbles8(float *out, int d, const qrow *w, int nb,
+                                                               const int8_t *aq, const float *ad, const float *ai,
+                                                               int n, int OB, int RB) {
+    __m256 acc[2][4], macc[2];
+    zero_tile(acc, OB, 4);
+    for (int o = 0; o < OB; o++) macc[o] = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) qnibble_blocks(acc, macc, w, b, 1, aq, ad, ai, n, OB, RB);
+    if (b < nb) qnibble_blocks(acc, macc, w, b, 0, aq, ad, ai, n, OB, RB);
+    for (int o = 0; o < OB; o++) {
+        const __m128 mins = _mm_add_ps(_mm256_castps256_ps128(macc[o]), _mm256_extractf128_ps(macc[o], 1));
+        float t[4];
+        _mm_storeu_ps(t, _mm_add_ps(hsum8x4(acc[o]), mins));
+        for (int r = 0; r < RB; r++) out[o + (size_t)r * d] = t[r];
+    }
+}
+
+/* qtile for the byte forms of W_Q32 (QF_WIDE, QF_NARROW, QF_Q8) on 256-bit registers, one block a
+ * step (qtile_avx2's sums, with the per-row work cut as in the nibble tile): the scale products
+ * of four rows are one 128-bit multiply, picked per row by a permute (a shuffle port, not the two
+ * the dot products use), and the min terms of four rows are one FMA a block into macc (lane r:
+ * row r). With VNNI every form takes its u8 x s8 dot exactly, Q8_0's -128 x scale min included;
+ * without it QF_WIDE and QF_Q8 take qtile_avx2's sign trick, whose 128 Σa is folded into the min
+ * (min + 128 scale; for Q8_0 the two cancel and neither is computed). */
+static inline __attribute__((always_inline)) void qtile_bytes8(float *out, int d, const qrow *w, int nb,
+                                                             const int8_t *aq, const float *ad, const float *ai, int n,
+                                                             int form, int OB, int RB) {
+    const int sign_trick = !QDOT_EXACT && (form == QF_Q8 || form == QF_WIDE);
+    const int min_terms = !(sign_trick && form == QF_Q8);
+    __m256 acc[2][4];
+    __m128 macc[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
+    zero_tile(acc, OB, 4);
+    for (int b = 0; b < nb; b++) {
+        const __m128 ad4 = _mm_loadu_ps(ad + (size_t)b * 4), ai4 = _mm_loadu_ps(ai + (size_t)b * 4);
+        for (int o = 0; o < OB; o++) {
+            const __m256i wv = qweights8(&w[o], b, 0);
+            const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80)), wabs = _mm256_abs_epi8(ws);
+            const __m128 sw = _mm_set1_ps(w[o].scale[b]);
+            const __m256 prod = _mm256_castps128_ps256(_mm_mul_ps(sw, ad4));  /* lane r: row r's */
+            if (min_terms) {
+                const __m128 mv = sign_trick ? _mm_fmadd_ps(_mm_set1_ps(128.0f), sw, _mm_set1_ps(w[o].min[b]))
+                                             : _mm_set1_ps(w[o].min[b]);
+                macc[o] = _mm_fmadd_ps(mv, ai4, macc[o]);
+            }
+            for (int r = 0; r < RB; r++) {
+                const __m256i a = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
+                const __m256i dot = sign_trick ? qdot8(wabs, _mm256_sign_epi8(a, ws)) : qdot8(wv, a);
+                acc[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(prod, _mm256_set1_epi32(r)),
+                                            acc[o][r]);
+            }
+        }
+    }
+    for (int o = 0; o < OB; o++) {
+        float t[4];
+        _mm_storeu_ps(t, _mm_add_ps(hsum8x4(acc[o]), macc[o]));
+        for (int r = 0; r < RB; r++) out[o + (size_t)r * d] = t[r];
+    }
+}
+#endif
+
 /* out[o + r * d] = weight row o · input row r for OB (1 or 2) weight rows and RB (1..4) input
  * rows: quants aq (row stride n), block scales ad (four rows interleaved), sums as (row
  * stride nb). Each weight block is unpacked once for all RB rows and each input block loaded
@@ -388,9 +527,10 @@ static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, 
  * RB are, so a batched decode gives bit-identical rows to a single one. */
 
 static inline __attribute__((always_inline)) void qtile(float *out, int d, const qrow *w, int nb, const int8_t *aq,
-                                                      const float *ad, const float *as, int n, int form, int OB,
-                                                      int RB) {
+                                                      const float *ad, const float *as, const float *ai, int n,
+                                                      int form, int OB, int RB) {
     const int q4 = form == QF_NIBBLES;
+    (void)ai;  /* the 256-bit nibble tile's */
 #ifdef QSIMD
     __m512 acc[2][4];
     for (int o = 0; o < OB; o++)
@@ -402,8 +542,10 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
         for (int r = 0; r < RB; r++)
             out[o + (size_t)r * d] = _mm512_reduce_add_ps(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
 #elif defined(QAVX2)
-    (void)q4;
-    qtile_avx2(out, d, w, nb, aq, ad, as, n, form, 0, OB, RB);
+    if (q4)
+        qtile_nibbles8(out, d, w, nb, aq, ad, ai, n, OB, RB);
+    else
+        qtile_bytes8(out, d, w, nb, aq, ad, ai, n, form, OB, RB);
 #else
     for (int o = 0; o < OB; o++)
         for (int r = 0; r < RB; r++) {
@@ -427,8 +569,9 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
  * stride 2 nb) for the min term. `form`: QF_NIBBLES (every part 4-bit or less), QF_NARROW or
  * QF_WIDE (a Q8_0 part). */
 static inline __attribute__((always_inline)) void qtile16(float *out, int d, const qrow *w, int nb, const int8_t *aq,
-                                                        const float *ad, const float *ah, int n, int form, int OB,
-                                                        int RB) {
+                                                        const float *ad, const float *ah, const float *ai, int n,
+                                                        int form, int OB, int RB) {
+    (void)ai;  /* the W_Q32 nibble tile's; W_Q16's min term takes half-block sums */
 #ifdef HAVE_AVX2
     qtile_avx2(out, d, w, nb, aq, ad, ah, n, form, 1, OB, RB);
 #else
@@ -453,10 +596,10 @@ static inline __attribute__((always_inline)) void qtile16(float *out, int d, con
  * each shape its own inlined copy. */
 #define QTILE_ROWS(FN, SUMS, MODE, OB)                                                                      \
     switch (rb) {                                                                                           \
-    case 4: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 4); break;                                          \
-    case 3: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 3); break;                                          \
-    case 2: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 2); break;                                          \
-    default: FN(o, d, w2, nb, aq, ad, SUMS, n, MODE, OB, 1); break;                                         \
+    case 4: FN(o, d, w2, nb, aq, ad, SUMS, ai, n, MODE, OB, 4); break;                                          \
+    case 3: FN(o, d, w2, nb, aq, ad, SUMS, ai, n, MODE, OB, 3); break;                                          \
+    case 2: FN(o, d, w2, nb, aq, ad, SUMS, ai, n, MODE, OB, 2); break;                                          \
+    default: FN(o, d, w2, nb, aq, ad, SUMS, ai, n, MODE, OB, 1); break;                                         \
     }
 #define QTILE(FN, SUMS, MODE) if (ob == 2) { QTILE_ROWS(FN, SUMS, MODE, 2) } else { QTILE_ROWS(FN, SUMS, MODE, 1) }
 
@@ -471,7 +614,7 @@ void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows,
     const int n = w->n, d = w->d, nb = n / 32, q4 = w->nibbles, n_groups = (d + QGROUP - 1) / QGROUP;
     const int half = w->kind == W_Q16, ns = half ? 2 * nb : nb;  /* scales (and mins) per weight row */
     const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
-    quantize_rows(x, rows, n, s->aq, s->ad, s->as, s->ah);
+    quantize_rows(x, rows, n, s->aq, s->ad, s->as, s->ai, s->ah);
     int g;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
     for (g = 0; g < n_groups; g++) {
@@ -480,6 +623,7 @@ void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows,
             const int rb = rows - r < 4 ? rows - r : 4;
             const int8_t *aq = s->aq + (size_t)r * n;
             const float *ad = s->ad + (size_t)r * nb, *as = s->as + (size_t)r * nb;  /* r is a multiple of 4 */
+            const float *ai = s->ai + (size_t)r * nb;
             const float *ah = s->ah + (size_t)r * 2 * nb;
             for (int row = g * QGROUP; row < o_end; row += 2) {
                 const int ob = o_end - row < 2 ? o_end - row : 2;

@@ -57,6 +57,7 @@ typedef struct {
     int8_t *aq;      /* (rows, n): the quants */
     float *ad;       /* (rows rounded up to 4, n/32): each block's scale, rows in fours: (r/4, block, r%4) */
     float *as;       /* (rows, n/32): each block's scale * the sum of its quants */
+    float *ai;       /* as, laid out as ad: (rows rounded up to 4, n/32), (r/4, block, r%4) */
     float *ah;       /* (rows, n/16): each half block's scale * the sum of its quants (W_Q16) */
 } qinput;
 
