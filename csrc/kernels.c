@@ -190,9 +190,9 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
  * step of amax/127 per value), stated per format in tests/test_gguf.py. Input block scales
  * are stored four rows interleaved, so one vector multiply gives a weight block's scale
  * products for four rows. W_Q16's min term takes the same sum per 16-value half (h). */
-static void quantize_rows(const float *x, int rows, int n, int8_t *q, float *d, float *s, float *si, float *h) {
+static void quantize_rows(const float *x, int r0, int r1, int n, int8_t *q, float *d, float *s, float *si, float *h) {
     const int nb = n / 32;
-    for (int r = 0; r < rows; r++)
+    for (int r = r0; r < r1; r++)
         for (int b = 0; b < nb; b++) {
             const size_t blk = (size_t)r * nb + b;
             const float *xb = x + blk * 32;
@@ -232,6 +232,13 @@ static inline float hsum8(__m256 v) {
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
     return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
 }
+
+/* Row r's sum of the lanes of acc[r], in lane r (rows 0-3): three horizontal adds for four rows
+ * instead of a reduction each. Lane r depends on acc[r] alone, in one order whatever the others hold. */
+static inline __attribute__((always_inline)) __m128 hsum8x4(const __m256 acc[4]) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
 #endif
 
 /* Σ_b min_b * sum_b over a row's blocks: the weights' min term (see above). */
@@ -270,18 +277,22 @@ static inline __attribute__((always_inline)) __m512i qweights(const qrow *w, int
 
 /* acc[o][r] += blocks b (and b + 1 if two) of weight row o · input row r, for OB weight rows
  * and RB input rows (see qtile). */
-static inline __attribute__((always_inline)) void qblocks(__m512 acc[2][4], const qrow *w, int b, int two,
-                                                        const int8_t *aq, const float *ad, int n, int q4, int OB,
-                                                        int RB) {
+static inline __attribute__((always_inline)) void qblocks(__m512 acc[2][4], __m256 macc[2], const qrow *w, int b,
+                                                        int two, const int8_t *aq, const float *ad, const float *ai,
+                                                        int n, int q4, int OB, int RB) {
     __m512i a[4];
     for (int r = 0; r < RB; r++)
         a[r] = two ? _mm512_loadu_si512(aq + (size_t)r * n + (size_t)b * 32)
                    : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32)));
     /* lanes 0-3: block b's input scale in rows 0-3; lanes 4-7: block b + 1's (zero if !two) */
     const __m256 adv = two ? _mm256_loadu_ps(ad + (size_t)b * 4) : _mm256_zextps128_ps256(_mm_loadu_ps(ad + (size_t)b * 4));
+    /* the same lanes of the input sums, for the min terms of four rows in one FMA (see qtile) */
+    const __m256 aiv = two ? _mm256_loadu_ps(ai + (size_t)b * 4) : _mm256_zextps128_ps256(_mm_loadu_ps(ai + (size_t)b * 4));
     for (int o = 0; o < OB; o++) {
         const __m512i wv = qweights(&w[o], b, q4, two);
         const __m256 wsv = _mm256_set_m128(_mm_set1_ps(two ? w[o].scale[b + 1] : 0.0f), _mm_set1_ps(w[o].scale[b]));
+        const __m256 wmv = _mm256_set_m128(_mm_set1_ps(two ? w[o].min[b + 1] : 0.0f), _mm_set1_ps(w[o].min[b]));
+        macc[o] = _mm256_fmadd_ps(wmv, aiv, macc[o]);
         const __m512 prod = _mm512_castps256_ps512(_mm256_mul_ps(wsv, adv));
         for (int r = 0; r < RB; r++) {
             const __m512i pick = _mm512_set_epi32(4 + r, 4 + r, 4 + r, 4 + r, 4 + r, 4 + r, 4 + r, 4 + r,
@@ -416,13 +427,6 @@ static inline __attribute__((always_inline)) __m256i qdot_nibbles(__m256i lo, __
 #endif
 }
 
-/* Row r's sum of the lanes of acc[r], in lane r (rows 0-3): three horizontal adds for four rows
- * instead of a reduction each. Lane r depends on acc[r] alone, in one order whatever the others hold. */
-static inline __attribute__((always_inline)) __m128 hsum8x4(const __m256 acc[4]) {
-    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
-
 /* acc[o][r] += blocks b and b + 1 (b alone if !two) of weight row o · input row r, for OB weight
  * rows and RB input rows (see qtile); macc[o] += their min terms, min_w (scale_a Σa) for rows 0-3
  * in lanes 0-3 (block b) and 4-7 (block b + 1), one product for four rows from the input sums ai
@@ -530,23 +534,37 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
                                                       const float *ad, const float *as, const float *ai, int n,
                                                       int form, int OB, int RB) {
     const int q4 = form == QF_NIBBLES;
-    (void)ai;  /* the 256-bit nibble tile's */
 #ifdef QSIMD
+    /* The per-output work, lane sums and min terms, is done for four rows at once (hsum8x4, macc:
+     * lanes r and 4 + r are row r's), as it would otherwise grow with the rows as fast as the dot
+     * products and make four slots cost more than twice one. */
+    (void)as;
     __m512 acc[2][4];
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) acc[o][r] = _mm512_setzero_ps();
+    __m256 macc[2];
+    for (int o = 0; o < OB; o++) {
+        macc[o] = _mm256_setzero_ps();
+        for (int r = 0; r < 4; r++) acc[o][r] = _mm512_setzero_ps();
+    }
     int b = 0;
-    for (; b + 2 <= nb; b += 2) qblocks(acc, w, b, 1, aq, ad, n, q4, OB, RB);
-    if (b < nb) qblocks(acc, w, b, 0, aq, ad, n, q4, OB, RB);
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++)
-            out[o + (size_t)r * d] = _mm512_reduce_add_ps(acc[o][r]) + min_term(w[o].min, as + (size_t)r * nb, nb);
+    for (; b + 2 <= nb; b += 2) qblocks(acc, macc, w, b, 1, aq, ad, ai, n, q4, OB, RB);
+    if (b < nb) qblocks(acc, macc, w, b, 0, aq, ad, ai, n, q4, OB, RB);
+    for (int o = 0; o < OB; o++) {
+        __m256 halves[4];
+        for (int r = 0; r < 4; r++)
+            halves[r] = _mm256_add_ps(_mm512_castps512_ps256(acc[o][r]), _mm512_extractf32x8_ps(acc[o][r], 1));
+        const __m128 mins = _mm_add_ps(_mm256_castps256_ps128(macc[o]), _mm256_extractf128_ps(macc[o], 1));
+        float t[4];
+        _mm_storeu_ps(t, _mm_add_ps(hsum8x4(halves), mins));
+        for (int r = 0; r < RB; r++) out[o + (size_t)r * d] = t[r];
+    }
 #elif defined(QAVX2)
+    (void)as;  /* both 256-bit tiles take the sums in ad's layout (ai) */
     if (q4)
         qtile_nibbles8(out, d, w, nb, aq, ad, ai, n, OB, RB);
     else
         qtile_bytes8(out, d, w, nb, aq, ad, ai, n, form, OB, RB);
 #else
+    (void)ai;
     for (int o = 0; o < OB; o++)
         for (int r = 0; r < RB; r++) {
             float acc = 0.0f;
@@ -606,6 +624,7 @@ static inline __attribute__((always_inline)) void qtile16(float *out, int d, con
 /* Output rows per work item: a group's blocks stay in cache while the input rows pass by. */
 #define QGROUP 16
 #define QPREFETCH 4  /* rows ahead */
+#define QSPLIT_ROWS 16  /* input rows from which the threads share quantizing them */
 
 /* out (rows, d) = x (rows, n) @ W^T on blocks. The input rows are quantized once (into s),
  * then threads split the output rows in groups of QGROUP; each group takes its weight rows
@@ -614,48 +633,60 @@ void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows,
     const int n = w->n, d = w->d, nb = n / 32, q4 = w->nibbles, n_groups = (d + QGROUP - 1) / QGROUP;
     const int half = w->kind == W_Q16, ns = half ? 2 * nb : nb;  /* scales (and mins) per weight row */
     const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
-    quantize_rows(x, rows, n, s->aq, s->ad, s->as, s->ai, s->ah);
-    int g;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
-    for (g = 0; g < n_groups; g++) {
-        const int o_end = (g + 1) * QGROUP < d ? (g + 1) * QGROUP : d;
-        for (int r = 0; r < rows; r += 4) {
-            const int rb = rows - r < 4 ? rows - r : 4;
-            const int8_t *aq = s->aq + (size_t)r * n;
-            const float *ad = s->ad + (size_t)r * nb, *as = s->as + (size_t)r * nb;  /* r is a multiple of 4 */
-            const float *ai = s->ai + (size_t)r * nb;
-            const float *ah = s->ah + (size_t)r * 2 * nb;
-            for (int row = g * QGROUP; row < o_end; row += 2) {
-                const int ob = o_end - row < 2 ? o_end - row : 2;
-                qrow w2[2];
-                for (int i = 0; i < ob; i++)
-                    w2[i] = (qrow){(const unsigned char *)w->p + (size_t)(row + i) * qbytes,
-                                   w->scale + (size_t)(row + i) * ns, w->min + (size_t)(row + i) * ns};
-                if (row + QPREFETCH + ob <= d) {  /* decode streams W from memory once: ask for it early */
-                    const char *ahead[3] = {(const char *)w2[0].q + QPREFETCH * qbytes,
-                                            (const char *)(w2[0].scale + QPREFETCH * (size_t)ns),
-                                            (const char *)(w2[0].min + QPREFETCH * (size_t)ns)};
-                    const size_t len[3] = {ob * qbytes, ob * ns * sizeof(float), ob * ns * sizeof(float)};
-                    for (int k = 0; k < 3; k++)
-                        for (size_t off = 0; off < len[k]; off += 64) __builtin_prefetch(ahead[k] + off);
-                }
-                float *o = out + (size_t)r * d + row;
-                if (half) {
-                    if (q4) {
-                        QTILE(qtile16, ah, QF_NIBBLES)
-                    } else if (w->narrow) {
-                        QTILE(qtile16, ah, QF_NARROW)
-                    } else {
-                        QTILE(qtile16, ah, QF_WIDE)
+    const int par = threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK;
+    /* A prefill's rows are quantized by every thread (done by one, it was a serial stretch of each
+     * matmul that the other thread waited out); a decode's few rows by one before the region,
+     * which saves the barrier between quantizing and the tiles. */
+    const int split = par && rows >= QSPLIT_ROWS;
+    if (!split) quantize_rows(x, 0, rows, n, s->aq, s->ad, s->as, s->ai, s->ah);
+    int g, rq;
+#pragma omp parallel num_threads(threads) if (par)
+    {
+        if (split) {
+#pragma omp for schedule(static)
+            for (rq = 0; rq < rows; rq++) quantize_rows(x, rq, rq + 1, n, s->aq, s->ad, s->as, s->ai, s->ah);
+        }  /* (the loop's barrier: every row is quantized before a tile reads it) */
+#pragma omp for schedule(static)
+        for (g = 0; g < n_groups; g++) {
+            const int o_end = (g + 1) * QGROUP < d ? (g + 1) * QGROUP : d;
+            for (int r = 0; r < rows; r += 4) {
+                const int rb = rows - r < 4 ? rows - r : 4;
+                const int8_t *aq = s->aq + (size_t)r * n;
+                const float *ad = s->ad + (size_t)r * nb, *as = s->as + (size_t)r * nb;  /* r is a multiple of 4 */
+                const float *ai = s->ai + (size_t)r * nb;
+                const float *ah = s->ah + (size_t)r * 2 * nb;
+                for (int row = g * QGROUP; row < o_end; row += 2) {
+                    const int ob = o_end - row < 2 ? o_end - row : 2;
+                    qrow w2[2];
+                    for (int i = 0; i < ob; i++)
+                        w2[i] = (qrow){(const unsigned char *)w->p + (size_t)(row + i) * qbytes,
+                                       w->scale + (size_t)(row + i) * ns, w->min + (size_t)(row + i) * ns};
+                    if (row + QPREFETCH + ob <= d) {  /* decode streams W from memory once: ask for it early */
+                        const char *ahead[3] = {(const char *)w2[0].q + QPREFETCH * qbytes,
+                                                (const char *)(w2[0].scale + QPREFETCH * (size_t)ns),
+                                                (const char *)(w2[0].min + QPREFETCH * (size_t)ns)};
+                        const size_t len[3] = {ob * qbytes, ob * ns * sizeof(float), ob * ns * sizeof(float)};
+                        for (int k = 0; k < 3; k++)
+                            for (size_t off = 0; off < len[k]; off += 64) __builtin_prefetch(ahead[k] + off);
                     }
-                } else if (q4) {
-                    QTILE(qtile, as, QF_NIBBLES)
-                } else if (w->q8) {
-                    QTILE(qtile, as, QF_Q8)
-                } else if (w->narrow) {
-                    QTILE(qtile, as, QF_NARROW)
-                } else {
-                    QTILE(qtile, as, QF_WIDE)
+                    float *o = out + (size_t)r * d + row;
+                    if (half) {
+                        if (q4) {
+                            QTILE(qtile16, ah, QF_NIBBLES)
+                        } else if (w->narrow) {
+                            QTILE(qtile16, ah, QF_NARROW)
+                        } else {
+                            QTILE(qtile16, ah, QF_WIDE)
+                        }
+                    } else if (q4) {
+                        QTILE(qtile, as, QF_NIBBLES)
+                    } else if (w->q8) {
+                        QTILE(qtile, as, QF_Q8)
+                    } else if (w->narrow) {
+                        QTILE(qtile, as, QF_NARROW)
+                    } else {
+                        QTILE(qtile, as, QF_WIDE)
+                    }
                 }
             }
         }
