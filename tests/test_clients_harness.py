@@ -92,6 +92,7 @@ def test_a_changed_emission_is_named_setting_by_setting(mods):
     new = {"pi_compat": {"maxTokensField": "max_completion_tokens", "supportsStore": True}, "served": {"tools": True,
                                                                                                        "reasoning": False}}
     assert settings.changed(old, old) == []
+    assert settings.changed({**old, "why_not": {"stop": "id 1"}}, {**old, "why_not": {"stop": "id 2"}}) == []
     assert settings.changed(old, new) == ['pi_compat.maxTokensField: "max_tokens" -> "max_completion_tokens"',
                                           "served.reasoning: null -> false"]
     page = mods[1].server_page({**doc("PASS", []), "settings_changed": settings.changed(old, new)}, {})

@@ -62,8 +62,9 @@ def settings_from(found: dict[str, Any]) -> dict[str, Any]:
 
 def changed(old: Any, new: Any, where: str = "") -> list[str]:
     """Every setting that differs between two derivations, as `path: old -> new`: a changed
-    emission, which the committed matrix no longer proves."""
+    emission, which the committed matrix no longer proves. `why_not` is the probes' evidence, not
+    a setting (a detail may quote an id the server made up), so it is not compared."""
     if isinstance(old, dict) and isinstance(new, dict):
-        return [line for k in dict.fromkeys([*old, *new])
+        return [line for k in dict.fromkeys([*old, *new]) if not (k == "why_not" and not where)
                 for line in changed(old.get(k), new.get(k), f"{where}.{k}" if where else k)]
     return [] if old == new else [f"{where}: {json.dumps(old)} -> {json.dumps(new)}"]
