@@ -94,6 +94,8 @@ class Server:
                     return _sse([{"choices": [None]}])
                 return chat_stream(finish="no-finish" not in q, parallel="parallel" in q)
             if f["messages"][-1]["role"] == "tool":
+                if "empty-result" in q:
+                    return chat("")
                 return _json(500, {"detail": "validation"}) if "500-on-result" in q else chat("Sunny.")
             if "call-as-text" in q:
                 return chat('<tool_call>{"name": "get_weather"}</tool_call>')
@@ -129,6 +131,8 @@ class Server:
             return _json(400, {"error": {"message": "Cannot determine type of 'item'", "type": "invalid_request_error"}})
         if f.get("stream"):
             events = RESPONSES_STREAM
+            if "no-terminal" in q:
+                events = events[:-1]
             if "unnumbered-events" in q:
                 events = [{k: v for k, v in e.items() if k not in ("output_index", "sequence_number")} for e in events]
             return _sse(events, done=False, named=True)
@@ -218,6 +222,17 @@ def test_responses_streams_need_indexed_items_and_history_needs_untyped_items():
     assert found["responses_stream"]["detail"] == "expected output_index 0 for the next item, got None"
     assert (found["responses_history"]["state"], found["responses_history"]["status"]) == ("refused", 400)
     assert profile["delivers"]["responses_text"] is True
+
+
+def test_a_responses_stream_that_never_ends_is_not_usable():
+    found, _, _ = derived("no-terminal")
+    assert found["responses_stream"]["detail"] == "the stream ends with response.output_item.done"
+
+
+def test_a_tool_result_answered_with_nothing_leaves_tools_off():
+    found, profile, _ = derived("empty-result")
+    assert found["tool_result"]["detail"] == "200 with neither content nor a call"
+    assert profile["openai_sdk"]["tools"] is False
 
 
 def test_chaining_needs_the_stored_parent_to_be_found():
