@@ -38,7 +38,8 @@ THINKING_OFF = (({"chat_template_kwargs": {"enable_thinking": False}}, "qwen-cha
 #: The surfaces a plain answer is asked on, each with the probe that judges it.
 SURFACES = {"chat": "chat_text", "messages": "messages_text", "responses": "responses_text"}
 
-#: name -> what the probe tells (the report's discovery section prints it)
+#: The usability probes, in the order they run, and what each tells. The compat profile's
+#: `delivers` block has one entry per probe but thinking_off (whose finding is the switch itself).
 WHAT = {
     "chat_text": f"chat answers {PLAIN!r} with {EXPECT!r} in content",
     "thinking_off": "the request fields that bring a plain chat answer back as content (sent by every later probe)",
@@ -51,7 +52,7 @@ WHAT = {
     "messages_stream": "an Anthropic stream sends message_start, content_block_start/delta/stop, message_delta, message_stop",
     "responses_text": f"Responses answer {PLAIN!r} with {EXPECT!r} in an output_text part",
     "responses_history": "Responses take a history of message items without `type`, an assistant turn among them",
-    "responses_stream": "Responses stream events carry sequence_number, and output_index where OpenAI sends it",
+    "responses_stream": "Responses stream events carry the output_index and content_index SDKs index by, and end with a terminal event",
     "responses_chain_stored": "a response chained onto one just stored (store: true) is answered",
 }
 
