@@ -2,6 +2,7 @@
 package (so `pip install .` finds them) and the Cython-bound C engine."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,11 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).parent
 SHIPPED_DIRS = ("spec", "schemas", "web")
 KERNEL_PATHS = ("portable", "avx2", "avxvnni", "avx512vnni")
+#: The instruction set the engine outside the matmul kernels (attention, norms, sampling) is
+#: compiled for: this machine's own by default. COLIBRI_MARCH=x86-64-v3 builds it for any AVX2
+#: CPU, so that with COLIBRI_ISA=avx2 the whole engine runs as on an AVX2-only machine (issue 52);
+#: each kernels_<path>.c still adds its own target and is picked at load from the CPU's features.
+MARCH = os.environ.get("COLIBRI_MARCH", "native")
 
 
 class BuildPyWithData(build_py):
@@ -40,8 +46,8 @@ def extensions() -> list:
         sources=["pyx/engine.pyx", "csrc/engine.c", *(f"csrc/kernels_{p}.c" for p in KERNEL_PATHS)],
         depends=["csrc/engine.h", "csrc/kernels.h", "csrc/kernels.c", "pyx/cengine.pxd"],  # shipped in the sdist too
         include_dirs=["csrc", "pyx", numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=["-O3", "-march=native", "-fopenmp", "-std=c11", "-ffp-contract=fast"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"), ("COLIBRI_MARCH", f'"{MARCH}"')],
+        extra_compile_args=["-O3", f"-march={MARCH}", "-fopenmp", "-std=c11", "-ffp-contract=fast"],
         extra_link_args=["-fopenmp", "-lm"],
     )
     return cythonize([ext], language_level=3, include_path=["pyx"])

@@ -11,6 +11,7 @@ PREFILL_ALL_LOGITS: int
 KERNEL_PATHS: dict[str, int]
 
 def kernels_available() -> str: ...
+def build_march() -> str: ...
 
 class Engine:
     vocab_size: int

@@ -4,7 +4,9 @@ COLIBRI_ISA (issue 52), so that every path can be tested and measured on one mac
     COLIBRI_ISA=portable|avx2|avxvnni|avx512vnni   (unset or "best": no cap)
 
 A cap wider than the CPU runs gives the CPU's widest (engine.h, colibri_config.kernels); the
-path in use is `Engine.kernels`, and `colibri serve` prints it at start-up.
+path in use is `Engine.kernels`, and `colibri serve` prints it at start-up. The cap reaches only
+the matmuls: the rest of the engine is compiled for the build machine (-march=native) unless the
+build set COLIBRI_MARCH (setup.py), which the start-up line then names.
 """
 from __future__ import annotations
 
@@ -29,8 +31,10 @@ def kernels_note(engine: object) -> str:
     """The start-up line's words on the kernel path: which, and whether it was capped."""
     from .engine_threads import load_engine_module
 
-    best = load_engine_module().kernels_available()
+    module = load_engine_module()
+    best, march = module.kernels_available(), module.build_march()
     used = getattr(engine, "kernels", best)
+    built = "" if march == "native" else f"; the rest of the engine built for -march={march} (COLIBRI_MARCH)"
     if used == best:
-        return f"kernels {used} (the widest this CPU runs; {ISA_ENV} caps it)"
-    return f"kernels {used} ({ISA_ENV}={os.environ.get(ISA_ENV)}; this CPU runs up to {best})"
+        return f"kernels {used} (the widest this CPU runs; {ISA_ENV} caps it){built}"
+    return f"kernels {used} ({ISA_ENV}={os.environ.get(ISA_ENV)}; this CPU runs up to {best}){built}"

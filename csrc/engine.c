@@ -753,6 +753,11 @@ static int cpu_kernel_path(void) {
 
 int colibri_kernels_available(void) { return cpu_kernel_path(); }
 
+#ifndef COLIBRI_MARCH
+#define COLIBRI_MARCH "unknown"  /* built without setup.py */
+#endif
+const char *colibri_build_march(void) { return COLIBRI_MARCH; }
+
 const char *colibri_kernels_name(int path) {
     if (path < COLIBRI_KERNELS_PORTABLE || path >= (int)(sizeof KERNEL_SETS / sizeof KERNEL_SETS[0])) return NULL;
     return KERNEL_SETS[path].name;

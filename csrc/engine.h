@@ -141,6 +141,9 @@ int colibri_kernels_available(void);
 /* A kernel path's name ("portable", "avx2", "avxvnni", "avx512vnni"); NULL if this build has none
  * of that number (only "portable" off x86). */
 const char *colibri_kernels_name(int path);
+/* The -march the engine outside the matmul kernels was compiled for ("native" unless the build set
+ * COLIBRI_MARCH, e.g. "x86-64-v3": any AVX2 CPU); each kernel path adds its own target on top. */
+const char *colibri_build_march(void);
 
 /* ---- sampling and log probabilities (pure functions over one logits row) ---- */
 

@@ -62,6 +62,7 @@ cdef extern from "engine.h" nogil:
     int colibri_kernels(const colibri_engine *e)
     int colibri_kernels_available()
     const char *colibri_kernels_name(int path)
+    const char *colibri_build_march()
     int colibri_sample(const float *logits, int vocab, float temperature, float top_p, uint64_t *rng,
                        int *token_out)
     int colibri_logprobs(const float *logits, int vocab, int token, int k, float *token_logprob, int *top_ids,

@@ -25,6 +25,11 @@ def kernels_available():
     """The widest kernel path this CPU runs, by name."""
     return colibri_kernels_name(colibri_kernels_available()).decode()
 
+
+def build_march():
+    """The -march the engine outside its kernels was built for ("native" unless COLIBRI_MARCH)."""
+    return colibri_build_march().decode()
+
 _EXCEPTIONS = {
     COLIBRI_E_IO: engine_errors.WeightsIOError,
     COLIBRI_E_FORMAT: engine_errors.WeightsFormatError,

@@ -107,3 +107,25 @@ def test_a_cap_wider_than_the_cpu_gives_its_widest_and_an_unknown_name_is_refuse
     monkeypatch.setenv("COLIBRI_ISA", "neon")
     with pytest.raises(EngineArgumentError, match="COLIBRI_ISA='neon' names no kernel path"):
         Model(path).engine(1, 1)
+
+
+def test_the_start_up_words_name_the_path_the_cap_and_a_build_for_another_cpu(tmp_path, monkeypatch):
+    """kernels_note is what `colibri serve` prints: the path, whether COLIBRI_ISA capped it, and the
+    -march of the rest of the engine when the build set COLIBRI_MARCH (setup.py)."""
+    from types import SimpleNamespace
+
+    from colibri import engine_threads
+    from colibri.engine_kernels import kernels_note
+
+    assert _engine.build_march() == "native"  # the default build (README, CI): this machine's own
+    path, _ = write_gguf(tmp_path, Q.Q8_0)
+    monkeypatch.setenv("COLIBRI_ISA", "portable")
+    eng = Model(path).engine(1, 1)
+    assert kernels_note(eng) == f"kernels portable (COLIBRI_ISA=portable; this CPU runs up to {WIDEST})"
+    monkeypatch.delenv("COLIBRI_ISA")
+    widest = Model(path).engine(1, 1)
+    assert kernels_note(widest) == f"kernels {WIDEST} (the widest this CPU runs; COLIBRI_ISA caps it)"
+    v3 = SimpleNamespace(kernels_available=lambda: WIDEST, build_march=lambda: "x86-64-v3")
+    monkeypatch.setattr(engine_threads, "load_engine_module", lambda: v3)
+    assert kernels_note(widest) == (f"kernels {WIDEST} (the widest this CPU runs; COLIBRI_ISA caps it); "
+                                    "the rest of the engine built for -march=x86-64-v3 (COLIBRI_MARCH)")

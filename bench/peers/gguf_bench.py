@@ -18,7 +18,9 @@ round, alternating so that a slow spell of this VM hits both engines:
 - with --batched, llama.cpp `llama-batched-bench -npp 16 -ntg 128 -npl 1,4`: decode with 1 and 4
   sequences;
 - colibri's engine in a fresh process per kernel path (COLIBRI_ISA=path: each path this CPU runs,
-  forced in turn; "portable" only when asked, it is the correctness fallback), T threads: the
+  forced in turn; "portable" only when asked, it is the correctness fallback; COLIBRI_ISA caps
+  the matmuls only, so for a whole AVX2-only engine run this from a checkout built with
+  COLIBRI_MARCH=x86-64-v3, which the results record), T threads: the
   same prefill, 128 decode steps after one token, and 128 steps of 4 slots together; plus its
   resident memory.
 
@@ -212,7 +214,8 @@ def main() -> None:
     args.threads = [int(t) for t in args.threads.split(",")]
     from colibri.engine_threads import load_engine_module
 
-    widest = load_engine_module().kernels_available()
+    engine_module = load_engine_module()
+    widest, march = engine_module.kernels_available(), engine_module.build_march()
     runs = KERNEL_PATHS[1:KERNEL_PATHS.index(widest) + 1] if widest != "portable" else ["portable"]
     kernels = [k.strip() for k in args.paths.split(",")] if args.paths else runs
     if any(k not in KERNEL_PATHS[:KERNEL_PATHS.index(widest) + 1] for k in kernels):
@@ -227,10 +230,11 @@ def main() -> None:
     after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": model, "flags": flags,
-                                     "uptime": [before, after], "rounds": args.rounds,
+                                     "uptime": [before, after], "rounds": args.rounds, "engine_march": march,
                                      "llama_bench": str(args.llama_bench), "model": "SmolLM2-135M-Instruct",
                                      "results": best}, indent=1) + "\n")
-    print(f"CPU: {model}; flags: {flags}\nllama.cpp: {args.llama_bench}\nbefore: {before}\nafter:  {after}\n")
+    print(f"CPU: {model}; flags: {flags}\ncolibri built for -march={march} outside its kernels (COLIBRI_MARCH)\n"
+          f"llama.cpp: {args.llama_bench}\nbefore: {before}\nafter:  {after}\n")
     print("\n".join(tables(best, paths, kernels, args.threads)))
 
 
