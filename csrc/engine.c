@@ -779,18 +779,40 @@ static void rope(float *vec, int n_heads, int head_size, int interleaved, const 
     }
 }
 
-static float hsum16(vec16 v) {
-    typedef float vec8 __attribute__((vector_size(8 * sizeof(float))));
-    vec8 lo, hi;
-    memcpy(&lo, &v, sizeof lo);
-    memcpy(&hi, (const char *)&v + sizeof lo, sizeof hi);
-    lo += hi;
-    float t[8];
-    memcpy(t, &lo, sizeof t);
+/* Attention's vector: the CPU's register width, as the build targets it (-march, setup.py), so
+ * that a head of NV vectors and the sixteen-lane score folds stay in registers: with AVX-512 16
+ * floats, with AVX2 8 (a 16-float vector there is two registers, and the folds and the 16 score
+ * accumulators went through the stack: attention was a third of an AVX2 build's prefill, issue
+ * 52), else 4 (SSE, NEON). */
+#if defined(__AVX512F__)
+#define AW 16
+#elif defined(__AVX__)
+#define AW 8
+#else
+#define AW 4
+#endif
+typedef float avec __attribute__((vector_size(AW * sizeof(float))));
+
+static inline avec loadv(const float *p) { avec v; memcpy(&v, p, sizeof v); return v; }
+
+/* The sum of v's lanes: the halves added, then the half's lanes in pairs (one fixed order). */
+static float hsum_vec(avec v) {
+    float t[AW];
+    memcpy(t, &v, sizeof t);
+    for (int i = 0; i < AW / 2; i++) t[i] += t[i + AW / 2];
+#if AW == 16
     return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+#elif AW == 8
+    return (t[0] + t[2]) + (t[1] + t[3]);
+#else
+    return t[0] + t[1];
+#endif
 }
 
-/* Lane selections for hsum16x16 (indices 16..31 name the second vector's lanes). */
+/* Lane selections for hsum_block (indices AW..2AW-1 name the second vector's lanes): LOk/HIk take
+ * the low/high k lanes of each 2k-lane group of both vectors, so adding them folds the pair into
+ * one vector at half the width of the round before. */
+#if AW == 16
 #define LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
 #define HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
 #define LO4 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
@@ -800,26 +822,49 @@ static float hsum16(vec16 v) {
 #define LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
 #define HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 #define BITREV 0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15
+#elif AW == 8
+#define LO4 0, 1, 2, 3, 8, 9, 10, 11
+#define HI4 4, 5, 6, 7, 12, 13, 14, 15
+#define LO2 0, 1, 8, 9, 4, 5, 12, 13
+#define HI2 2, 3, 10, 11, 6, 7, 14, 15
+#define LO1 0, 8, 2, 10, 4, 12, 6, 14
+#define HI1 1, 9, 3, 11, 5, 13, 7, 15
+#define BITREV 0, 4, 2, 6, 1, 5, 3, 7
+#else
+#define LO2 0, 1, 4, 5
+#define HI2 2, 3, 6, 7
+#define LO1 0, 4, 2, 6
+#define HI1 1, 5, 3, 7
+#define BITREV 0, 2, 1, 3
+#endif
 /* Two-vector lane selection: __builtin_shufflevector in Clang and GCC 12+, GCC's older
  * __builtin_shuffle with a mask vector before that. */
 #if defined(__clang__) || (__GNUC__ >= 12 && !defined(COLIBRI_OLD_GCC_SHUFFLE))
 #define SHUFFLE(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
 #else
-typedef int32_t ivec16 __attribute__((vector_size(PANEL * sizeof(int32_t))));
-#define SHUFFLE(x, y, ...) __builtin_shuffle(x, y, (ivec16){__VA_ARGS__})
+typedef int32_t ivec __attribute__((vector_size(AW * sizeof(int32_t))));
+#define SHUFFLE(x, y, ...) __builtin_shuffle(x, y, (ivec){__VA_ARGS__})
 #endif
 #define FOLD(x, y, LO, HI) (SHUFFLE(x, y, LO) + SHUFFLE(x, y, HI))
 
-/* r[t] = the sum of a[t]'s lanes, for 16 vectors at once: four rounds each fold every pair of
- * vectors into one by adding their halves (15 adds in all, against 16 separate horizontal
- * sums whose every step is a dependent shuffle). The folds leave t in bit-reversed lane order;
- * one permutation restores it. */
-static vec16 hsum16x16(const vec16 *a) {
-    vec16 b[8], c[4], d[2];
+/* r[t] = the sum of a[t]'s lanes, for AW vectors at once: log2(AW) rounds each fold every pair of
+ * vectors into one (AW - 1 adds in all, against AW separate horizontal sums whose every step is a
+ * dependent shuffle). The folds leave t in bit-reversed lane order; one permutation restores it. */
+static avec hsum_block(const avec *a) {
+    avec d[2];
+#if AW == 16
+    avec b[8], c[4];
     for (int k = 0; k < 8; k++) b[k] = FOLD(a[2 * k], a[2 * k + 1], LO8, HI8);
     for (int k = 0; k < 4; k++) c[k] = FOLD(b[2 * k], b[2 * k + 1], LO4, HI4);
     for (int k = 0; k < 2; k++) d[k] = FOLD(c[2 * k], c[2 * k + 1], LO2, HI2);
-    vec16 e = FOLD(d[0], d[1], LO1, HI1);
+#elif AW == 8
+    avec c[4];
+    for (int k = 0; k < 4; k++) c[k] = FOLD(a[2 * k], a[2 * k + 1], LO4, HI4);
+    for (int k = 0; k < 2; k++) d[k] = FOLD(c[2 * k], c[2 * k + 1], LO2, HI2);
+#else
+    for (int k = 0; k < 2; k++) d[k] = FOLD(a[2 * k], a[2 * k + 1], LO2, HI2);
+#endif
+    avec e = FOLD(d[0], d[1], LO1, HI1);
     return SHUFFLE(e, e, BITREV);
 }
 #undef LO8
@@ -836,24 +881,24 @@ static vec16 hsum16x16(const vec16 *a) {
 
 /* Attention for a head of NV whole vectors (NV a literal at each call site, so the loops
  * over it unroll). See attend. */
-static inline __attribute__((always_inline)) void scores_vec(float *att, const vec16 *qv, const float *k, int kv_stride,
+static inline __attribute__((always_inline)) void scores_vec(float *att, const avec *qv, const float *k, int kv_stride,
                                                            int n_t, float scale, int NV) {
-    vec16 a[PANEL];
+    avec a[AW];
     int t = 0;
-    for (; t + PANEL <= n_t; t += PANEL) {  /* scores sixteen positions at a time */
-        for (int i = 0; i < PANEL; i++) {
+    for (; t + AW <= n_t; t += AW) {  /* scores AW positions at a time */
+        for (int i = 0; i < AW; i++) {
             const float *kt = k + (size_t)(t + i) * kv_stride;
-            a[i] = qv[0] * load16(kt);
-            for (int c = 1; c < NV; c++) a[i] += qv[c] * load16(kt + c * PANEL);
+            a[i] = qv[0] * loadv(kt);
+            for (int c = 1; c < NV; c++) a[i] += qv[c] * loadv(kt + c * AW);
         }
-        vec16 sc = hsum16x16(a) * scale;
+        avec sc = hsum_block(a) * scale;
         memcpy(att + t, &sc, sizeof sc);
     }
     for (; t < n_t; t++) {
         const float *kt = k + (size_t)t * kv_stride;
-        vec16 acc = qv[0] * load16(kt);
-        for (int c = 1; c < NV; c++) acc += qv[c] * load16(kt + c * PANEL);
-        att[t] = hsum16(acc) * scale;
+        avec acc = qv[0] * loadv(kt);
+        for (int c = 1; c < NV; c++) acc += qv[c] * loadv(kt + c * AW);
+        att[t] = hsum_vec(acc) * scale;
     }
 }
 
@@ -869,7 +914,7 @@ typedef struct { float *out; const float *q; float *att; int n1; const float *k2
 #define ATT_ROWS 8
 
 /* Attention on whole vectors (NV a literal at each call site, so the loops over it unroll)
- * for jobs that share their first m16 positions (a multiple of PANEL): those positions' K and
+ * for jobs that share their first m16 positions (a multiple of 16): those positions' K and
  * V are read chunk by chunk, each chunk once for the whole block instead of once per job from
  * L2, the cost that dominates attention over a long shared history. Each job's scores, softmax
  * and weighted sum of V are one sequence of operations whatever the block, so a row's output
@@ -877,46 +922,46 @@ typedef struct { float *out; const float *q; float *att; int n1; const float *k2
 static inline __attribute__((always_inline)) void attend_block_vec(const att_job *jobs, int nj, int m16,
                                                                  const float *k, const float *v, int kv_stride,
                                                                  float scale, int NV) {
-    vec16 qv[8], o[8];
+    avec qv[128 / AW], o[128 / AW];  /* a head of up to 128 floats */
     for (int t0 = 0; t0 < m16; t0 += ATT_CHUNK) {
         int tn = m16 - t0 < ATT_CHUNK ? m16 - t0 : ATT_CHUNK;
         for (int j = 0; j < nj; j++) {
-            for (int c = 0; c < NV; c++) qv[c] = load16(jobs[j].q + c * PANEL);
+            for (int c = 0; c < NV; c++) qv[c] = loadv(jobs[j].q + c * AW);
             scores_vec(jobs[j].att + t0, qv, k + (size_t)t0 * kv_stride, kv_stride, tn, scale, NV);
         }
     }
     for (int j = 0; j < nj; j++) {
         const att_job *jb = &jobs[j];
-        for (int c = 0; c < NV; c++) qv[c] = load16(jb->q + c * PANEL);
+        for (int c = 0; c < NV; c++) qv[c] = loadv(jb->q + c * AW);
         scores_vec(jb->att + m16, qv, k + (size_t)m16 * kv_stride, kv_stride, jb->n1 - m16, scale, NV);
         if (jb->n2) scores_vec(jb->att + jb->n1, qv, jb->k2, kv_stride, jb->n2, scale, NV);
         softmax(jb->att, jb->n1 + jb->n2);
-        for (int c = 0; c < NV; c++) memcpy(jb->out + c * PANEL, &(vec16){0}, sizeof(vec16));
+        for (int c = 0; c < NV; c++) memcpy(jb->out + c * AW, &(avec){0}, sizeof(avec));
     }
     for (int t0 = 0; t0 < m16; t0 += ATT_CHUNK) {
         int tn = m16 - t0 < ATT_CHUNK ? m16 - t0 : ATT_CHUNK;
         for (int j = 0; j < nj; j++) {
             const float *att = jobs[j].att;
-            for (int c = 0; c < NV; c++) o[c] = load16(jobs[j].out + c * PANEL);
+            for (int c = 0; c < NV; c++) o[c] = loadv(jobs[j].out + c * AW);
             for (int t = t0; t < t0 + tn; t++) {
                 const float *vt = v + (size_t)t * kv_stride;
-                for (int c = 0; c < NV; c++) o[c] += att[t] * load16(vt + c * PANEL);
+                for (int c = 0; c < NV; c++) o[c] += att[t] * loadv(vt + c * AW);
             }
-            for (int c = 0; c < NV; c++) memcpy(jobs[j].out + c * PANEL, &o[c], sizeof o[c]);
+            for (int c = 0; c < NV; c++) memcpy(jobs[j].out + c * AW, &o[c], sizeof o[c]);
         }
     }
     for (int j = 0; j < nj; j++) {
         const att_job *jb = &jobs[j];
-        for (int c = 0; c < NV; c++) o[c] = load16(jb->out + c * PANEL);
+        for (int c = 0; c < NV; c++) o[c] = loadv(jb->out + c * AW);
         for (int t = m16; t < jb->n1; t++) {
             const float *vt = v + (size_t)t * kv_stride;
-            for (int c = 0; c < NV; c++) o[c] += jb->att[t] * load16(vt + c * PANEL);
+            for (int c = 0; c < NV; c++) o[c] += jb->att[t] * loadv(vt + c * AW);
         }
         for (int t = 0; t < jb->n2; t++) {
             const float *vt = jb->v2 + (size_t)t * kv_stride;
-            for (int c = 0; c < NV; c++) o[c] += jb->att[jb->n1 + t] * load16(vt + c * PANEL);
+            for (int c = 0; c < NV; c++) o[c] += jb->att[jb->n1 + t] * loadv(vt + c * AW);
         }
-        for (int c = 0; c < NV; c++) memcpy(jb->out + c * PANEL, &o[c], sizeof o[c]);
+        for (int c = 0; c < NV; c++) memcpy(jb->out + c * AW, &o[c], sizeof o[c]);
     }
 }
 
@@ -946,12 +991,12 @@ static void attend(float *out, const float *q, const float *k, const float *v, i
  * through attend. */
 static void attend_block(const att_job *jobs, int nj, int m, const float *k, const float *v, int kv_stride, int hs) {
     const float scale = 1.0f / sqrtf((float)hs);
-    const int m16 = m / PANEL * PANEL;
+    const int m16 = m / 16 * 16;  /* whole score blocks (AW positions) on every width */
     switch (hs) {
-    case 16: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 1); return;
-    case 32: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 2); return;
-    case 64: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 4); return;
-    case 128: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 8); return;
+    case 16: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 16 / AW); return;
+    case 32: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 32 / AW); return;
+    case 64: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 64 / AW); return;
+    case 128: attend_block_vec(jobs, nj, m16, k, v, kv_stride, scale, 128 / AW); return;
     default: break;
     }
     for (int j = 0; j < nj; j++)
