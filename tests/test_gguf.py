@@ -301,14 +301,16 @@ K_MIXES = {
 @pytest.mark.parametrize("name", sorted(K_MIXES))
 def test_k_mixes_stay_quantized_within_the_block_error(tmp_path, name):
     """A mix matches the block-rounded reference like a single type, and stays within the
-    stated block error."""
+    stated block error. Over eight prompts: one prompt's share swings with the float summation
+    order of the build (Q2_K's sixth prompt: 31/40 positions with AVX-512 attention, 25/40 with
+    AVX2's, against 18-39/40 across the eight); the eight's total was 71-76% on each build measured."""
     qtype, mix, types, kept = K_MIXES[name]
     path, ref_dir = write_k_gguf(tmp_path, qtype, mix=mix)
     model = Model(path)
     assert model.gguf.tensor_types == types
     eng = model.engine(1, 2)
     ref = ReferenceLlama(ref_dir)
-    assert_block_rounded(eng, ref, seeds=(6,))
+    assert_block_rounded(eng, ref, seeds=range(1, 9))
     toks = _tokens(6)
     _, logits = eng.prefill(0, toks, reuse=False, all_logits=True)
     want = ref.logits(toks)
