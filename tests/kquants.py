@@ -65,10 +65,13 @@ def _q5_k(x: np.ndarray) -> np.ndarray:
 
 def _q6_k(x: np.ndarray) -> np.ndarray:
     sub = x.reshape(-1, 16, 16)
-    step = np.abs(sub).max(axis=2) / 31
-    d = step.max(axis=1) / 127
-    d = np.asarray(np.where(d > 0, d, 1.0), np.float16).astype(np.float32)
-    sc = np.clip(np.rint(step / d[:, None]), 1, 127).astype(np.int8)
+    # as llama.cpp does, the value of largest magnitude maps to -32, so the int8 scales take either
+    # sign: a reader that takes them unsigned (a plain `char` on ARM) is then wrong
+    step = -np.take_along_axis(sub, np.abs(sub).argmax(axis=2)[:, :, None], axis=2)[:, :, 0] / 32
+    top = np.abs(step).max(axis=1)
+    d = np.asarray(np.where(top > 0, top / 127, 1.0), np.float16).astype(np.float32)
+    sc = np.rint(step / d[:, None])
+    sc = np.where(sc == 0, np.where(step < 0, -1, 1), np.clip(sc, -127, 127)).astype(np.int8)
     scale = d[:, None, None] * sc[:, :, None]
     q = (np.clip(np.rint(sub / scale), -32, 31) + 32).astype(np.uint8).reshape(-1, 2, 4, 32)  # (half, r, i)
     low = np.concatenate([(q[:, :, 0] & 0x0F) | ((q[:, :, 2] & 0x0F) << 4),

@@ -266,13 +266,15 @@ def test_k_quant_logits_equal_the_reference_on_llama_cpp_s_own_dequantization(tm
     """Expanded to F32, a K-quant file computes the reference run on the weights that llama.cpp's
     `gguf` package decodes from the same bytes: the engine reads every scale, min, nibble and
     high bit where llama.cpp does. The bar is float32 rounding, relative to the logits' size
-    (this wider model's logits reach about 25); one misread sub-block is off by far more."""
+    (this wider model's logits reach about 35): the Q6_K model's dequantized weights, run from an
+    F32 safetensors file, are already 0.85e-5 off the float64 reference, the GGUF 1.04e-5 (AVX-512
+    panels); Q6_K's scales read unsigned are 2.9 off."""
     path, ref_dir = write_k_gguf(tmp_path, qtype)
     eng = Model(path).engine(n_slots=1, n_threads=2, dequantize=True)
     toks = _tokens(5)
     _, logits = eng.prefill(0, toks, all_logits=True)
     want = ReferenceLlama(ref_dir).logits(toks)
-    assert float(np.max(np.abs(logits - want))) < 1e-5 * float(np.max(np.abs(want)))
+    assert float(np.max(np.abs(logits - want))) < 2e-5 * float(np.max(np.abs(want)))
 
 
 @pytest.mark.parametrize("qtype", [Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K])

@@ -1,0 +1,233 @@
+"""The engine's portable kernel path on aarch64 (issue 52, point 2): csrc/ cross-compiled with
+aarch64-linux-gnu-gcc and run under QEMU user emulation (qemu-aarch64), through the flat C API
+(tests/c/engine_logits.c: load, prefill, print the logits), on the same tiny models and against
+the same references and bounds as the x86 tests:
+
+- F32 and BF16 panels (safetensors, write_random_model): the float64 reference to TOL (1e-4), as
+  tests/test_engine.py asks;
+- block formats (GGUF, write_gguf; the forms tests/test_kernel_paths.py covers: Q8_0, Q5_0, Q4_0,
+  Q4_1, Q3_K, Q6_K, Q8_0 fused with Q6_K): most positions equal the block-rounded reference and
+  the logits stay within BLOCK_ERROR_BOUND / K_BLOCK_ERROR_BOUND of the dequantized weights'.
+  aarch64's `char` is unsigned, so an int8 quant read through a plain `char` is the classic ARM
+  bug; these formats are where it would show;
+- aarch64 against the same driver built natively (this machine's x86-64) with the kernel cap at
+  portable: the same sums, see ARCH_BOUND.
+
+What this does not test: a real ARM CPU (QEMU emulates the instructions, not an ARM core's
+memory ordering or timing), speed on ARM, and NEON/dotprod kernels (none are written). Both
+binaries are built once per session from setup.py's own sources and flags (-march=native only
+for the native one); each run is a process, so each prefill starts from a fresh slot."""
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_reference import ReferenceLlama, write_random_model
+
+from colibri import _engine
+
+TOOLS = ("aarch64-linux-gnu-gcc", "qemu-aarch64", "gcc")
+SYSROOT = Path("/usr/aarch64-linux-gnu")  # the cross toolchain's libc and libgomp, for qemu -L
+if not all(shutil.which(t) for t in TOOLS) or not SYSROOT.is_dir():
+    pytest.skip("the aarch64 tests need a cross compiler and QEMU user emulation: "
+                "apt-get install gcc-aarch64-linux-gnu qemu-user", allow_module_level=True)
+
+gguf = pytest.importorskip("gguf")
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+from test_engine import TOL, tokens  # noqa: E402
+from test_gguf import (  # noqa: E402
+    BLOCK_ERROR_BOUND,
+    K_BLOCK_ERROR_BOUND,
+    _tokens,
+    assert_block_rounded,
+    write_gguf,
+    write_k_gguf,
+)
+
+from colibri.model import Model, ModelConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PORTABLE = int(_engine.KERNEL_PATHS["portable"])
+
+# aarch64 and native x86 run the same C source in float32 but not the same instructions: GCC
+# fuses a*b+c into one FMA where -ffp-contract=fast lets it (everywhere on aarch64, whose base
+# ARMv8 has FMA; on x86 where -march=native vectorises), and an `omp simd` reduction adds in
+# vector-lane order (4 lanes on NEON, 16 on AVX-512). So F32 and BF16 logits differ in float32
+# rounding only: measured at most 1.1e-6 of the largest |logit| (1.6e-5 absolute) at any position.
+# ARCH_BOUND is 4.5x that and, at these models' largest |logit| (10-15), below the reference's TOL.
+# A block kernel first rounds its inputs to int8 steps, and an input a hair from a rounding
+# boundary can round the other way on the other machine (as against the float64 reference:
+# test_gguf.assert_block_rounded), moving that position's logits and every later one that attends
+# to it. Measured over six seeds on each of the seven block models, about a third of the prompts
+# agreed to 1e-6 of the largest |logit| at every position and the others by 0.08-1.0% relative
+# RMS, each machine as close to the block-rounded reference as the other; over each model's
+# prompts here, at most 0.46% (Q5_0, Q8_0). ARCH_BLOCK_BOUND is 2%, 4x that and well under the
+# stated block error; an int8 quant read with the wrong sign is off by the size of the logits.
+ARCH_BOUND = 5e-6
+ARCH_BLOCK_BOUND = 0.02
+
+
+def _setup_build() -> tuple[list[str], list[str], list[str]]:
+    """setup.py's C sources, compile flags and link flags, read from its text (not run)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    paths = compile_args = link_args = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "KERNEL_PATHS" for t in node.targets):
+            paths = ast.literal_eval(node.value)
+        elif isinstance(node, ast.keyword) and node.arg == "extra_compile_args":
+            compile_args = ast.literal_eval(node.value)
+        elif isinstance(node, ast.keyword) and node.arg == "extra_link_args":
+            link_args = ast.literal_eval(node.value)
+    assert paths and compile_args and link_args, "setup.py no longer names its kernel paths and flags"
+    return ["csrc/engine.c", *(f"csrc/kernels_{p}.c" for p in paths)], compile_args, link_args
+
+
+def _cc(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(command)}\n{done.stderr}"
+
+
+def _compile(job: tuple[str, list[str], Path, Path]) -> None:
+    cc, flags, src, out = job
+    _cc([cc, *flags, "-c", str(src), "-o", str(out)])
+
+
+@pytest.fixture(scope="session")
+def drivers(tmp_path_factory) -> dict[str, list[str]]:
+    """The command that runs engine_logits, per machine: "aarch64" (cross-built, run by QEMU)
+    and "native". Objects compile in parallel, a job per core of the 2-core CI machine: about
+    25 s of compiler time, most of it the native build's four kernel paths."""
+    sources, flags, link = _setup_build()
+    sources.append("tests/c/engine_logits.c")
+    builds = {"aarch64": ("aarch64-linux-gnu-gcc", [f for f in flags if not f.startswith("-march=")]),
+              "native": ("gcc", flags)}
+    dirs = {arch: tmp_path_factory.mktemp(arch) for arch in builds}
+    objects = {arch: [d / (Path(s).stem + ".o") for s in sources] for arch, d in dirs.items()}
+    jobs = [(cc, [*fl, f"-I{ROOT / 'csrc'}"], ROOT / s, o)
+            for arch, (cc, fl) in builds.items() for s, o in zip(sources, objects[arch], strict=True)]
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(_compile, jobs))
+    commands = {}
+    for arch, (cc, _) in builds.items():
+        exe = dirs[arch] / "engine_logits"
+        _cc([cc, *map(str, objects[arch]), *link, "-o", str(exe)])
+        commands[arch] = [str(exe)]
+    commands["aarch64"] = ["qemu-aarch64", "-L", str(SYSROOT), *commands["aarch64"]]
+    return commands
+
+
+class Driver:
+    """One weights file run by one engine_logits binary with the kernel cap at portable; prefill()
+    answers as Engine.prefill does, so test_gguf.assert_block_rounded takes it as an engine."""
+
+    def __init__(self, command: list[str], weights: Path, cfg: ModelConfig, threads: int = 2):
+        assert cfg.rope_inv_freq is None  # the driver passes NULL: plain rope_theta
+        self.command, self.weights, self.vocab = command, weights, cfg.vocab_size
+        self.seen: dict[tuple[int, ...], np.ndarray] = {}
+        self.options = [f"dim={cfg.dim}", f"hidden_dim={cfg.hidden_dim}", f"n_layers={cfg.n_layers}",
+                        f"n_heads={cfg.n_heads}", f"n_kv_heads={cfg.n_kv_heads}", f"vocab_size={cfg.vocab_size}",
+                        f"n_ctx={cfg.n_ctx}", f"tie_embeddings={int(cfg.tie_embeddings)}",
+                        f"rope_theta={np.float32(cfg.rope_theta)}", f"norm_eps={np.float32(cfg.norm_eps)}",
+                        f"head_dim={cfg.head_dim}", f"kernels={PORTABLE}", f"threads={threads}"]
+
+    def run(self, toks: list[int]) -> subprocess.CompletedProcess:
+        return subprocess.run([*self.command, str(self.weights), *self.options, "--", *map(str, toks)],
+                              capture_output=True, timeout=60)
+
+    def prefill(self, slot: int, toks: list[int], reuse: bool = False, all_logits: bool = True):
+        assert slot == 0 and not reuse and all_logits  # what the driver does
+        if tuple(toks) not in self.seen:  # one run per prompt (QEMU is the slow part)
+            done = self.run(toks)
+            err = done.stderr.decode()
+            assert done.returncode == 0, err
+            assert err.startswith("kernels=portable "), err  # the cap was obeyed
+            self.seen[tuple(toks)] = np.frombuffer(done.stdout, np.float32).reshape(len(toks), self.vocab)
+        return 0, self.seen[tuple(toks)]
+
+
+def _pair(drivers, weights: Path, cfg: ModelConfig) -> tuple[Driver, Driver]:
+    return Driver(drivers["aarch64"], weights, cfg), Driver(drivers["native"], weights, cfg)
+
+
+def _logits(driver: Driver, toks: list[int]) -> np.ndarray:
+    return driver.prefill(0, toks)[1]
+
+
+# F32 at the default shape and at one with a partial output panel (test_engine's shapes); BF16.
+PANEL_MODELS = {
+    "F32": dict(),
+    "F32-partial-panel": dict(dim=36, heads=3, kv_heads=3, hidden=20, vocab=17),
+    "BF16": dict(dtype="bfloat16"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PANEL_MODELS))
+def test_panels_on_aarch64_equal_the_reference_and_the_native_portable_path(tmp_path, drivers, name):
+    kw = PANEL_MODELS[name]
+    if kw.get("dtype") == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    d = write_random_model(tmp_path, seed=11, **kw)
+    cfg = ModelConfig.from_hf(json.loads((d / "config.json").read_text()))
+    arm, native = _pair(drivers, d / "model.safetensors", cfg)
+    toks = tokens(24, seed=12, vocab=cfg.vocab_size)
+    got = _logits(arm, toks)
+    assert np.max(np.abs(got - ReferenceLlama(d).logits(toks))) < TOL
+    want = _logits(native, toks)
+    assert np.max(np.abs(got - want)) <= ARCH_BOUND * float(np.max(np.abs(want)))
+
+
+# name: (write_gguf or write_k_gguf, type, mix), one per form the block kernels have (kernels.h):
+# W_Q32 as bytes with a Q8_0 part, bytes below 64, nibbles with and without a min; W_Q16 as
+# nibbles, bytes, and fused with a Q8_0 part.
+BLOCK_MODELS = {
+    "Q8_0": (write_gguf, Q.Q8_0, None), "Q5_0": (write_gguf, Q.Q5_0, None),
+    "Q4_0": (write_gguf, Q.Q4_0, None), "Q4_1": (write_gguf, Q.Q4_1, None),
+    "Q3_K": (write_k_gguf, Q.Q3_K, None), "Q6_K": (write_k_gguf, Q.Q6_K, None),
+    "Q8_0+Q6_K": (write_k_gguf, Q.Q8_0, {"v_proj.weight": Q.Q6_K}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BLOCK_MODELS))
+def test_blocks_on_aarch64_stay_within_the_block_error_and_match_the_native_portable_path(tmp_path, drivers, name):
+    write, qtype, mix = BLOCK_MODELS[name]
+    path, ref_dir = write(tmp_path, qtype, mix=mix)
+    arm, native = _pair(drivers, path, Model(path).config)
+    ref = ReferenceLlama(ref_dir)
+    wide = write is write_k_gguf  # the K types' wider model: its stated bound, test_kernel_paths' four seeds
+    seeds = range(1, 5) if wide else range(1, 7)
+    assert_block_rounded(arm, ref, seeds=seeds)
+    toks = _tokens(5)
+    got, want = _logits(arm, toks), ref.logits(toks)
+    assert 0 < float(np.linalg.norm(got - want) / np.linalg.norm(want)) < (K_BLOCK_ERROR_BOUND if wide else BLOCK_ERROR_BOUND)
+    prompts = [_tokens(s) for s in seeds]  # assert_block_rounded's: the aarch64 runs are done
+    got, native = (np.concatenate([_logits(d, p) for p in prompts]) for d in (arm, native))
+    assert float(np.linalg.norm(got - native) / np.linalg.norm(native)) < ARCH_BLOCK_BOUND
+
+
+def test_the_native_driver_is_the_extension_s_engine(tmp_path, drivers, monkeypatch):
+    """Built from the same sources with the same flags, the native driver gives the Python
+    extension's logits bit for bit: what the driver prints is the engine's answer."""
+    path, _ = write_gguf(tmp_path, Q.Q4_1)
+    monkeypatch.setenv("COLIBRI_ISA", "portable")
+    eng = Model(path).engine(1, 2)
+    assert eng.kernels == "portable"
+    toks = _tokens(3)
+    assert np.array_equal(_logits(Driver(drivers["native"], path, Model(path).config), toks),
+                          eng.prefill(0, toks, all_logits=True)[1])
+
+
+def test_aarch64_reports_its_only_path_and_failures_by_status(tmp_path, drivers):
+    """Off x86 the widest path is portable, and an engine failure is its status, not a crash."""
+    path, _ = write_gguf(tmp_path, Q.Q8_0)
+    arm = Driver(drivers["aarch64"], path, Model(path).config)
+    assert arm.run([1]).stderr.decode().startswith("kernels=portable available=portable threads=2")
+    path.write_bytes(path.read_bytes()[:100])  # a truncated header
+    done = arm.run([1])
+    assert done.returncode == 1 and done.stdout == b""
+    assert done.stderr.decode() == "engine_logits: colibri_load returned status -2 (malformed or truncated safetensors file)\n"
