@@ -47,7 +47,8 @@ extern "C" {
 /* Kernel paths, narrowest first: the instruction set the matmul kernels are compiled for. Each
  * computes the same sums (up to float rounding order); see colibri_config.kernels. */
 #define COLIBRI_KERNELS_BEST        0  /* as a cap: none, the widest path this CPU runs */
-#define COLIBRI_KERNELS_PORTABLE    1  /* plain C loops: any CPU (ARM runs these: no NEON kernels yet) */
+#define COLIBRI_KERNELS_PORTABLE    1  /* plain C loops: any CPU (ARM runs these: no NEON kernels yet;
+                                          * tested on aarch64 under QEMU only, tests/test_arm_portable.py) */
 #define COLIBRI_KERNELS_AVX2        2  /* x86 AVX2 + FMA */
 #define COLIBRI_KERNELS_AVXVNNI     3  /* AVX2 + FMA + AVX-VNNI (256-bit int8 dot products) */
 #define COLIBRI_KERNELS_AVX512VNNI  4  /* AVX-512 F/BW/VL/DQ + VNNI */

@@ -1,8 +1,9 @@
 """Every kernel path computes what the reference computes, within its format's stated error
 (issue 52): the matmul kernels are compiled once per instruction set (csrc/kernels_<path>.c) and
 COLIBRI_ISA caps the one the engine runs, so each path this CPU can run is tested here, whatever
-the widest one is. A path the CPU lacks is skipped by name (ARM runs only `portable`; its NEON
-kernels are not written, and no ARM machine has run these tests).
+the widest one is. A path the CPU lacks is skipped by name. ARM runs only `portable` (its NEON
+kernels are not written); no ARM machine has run these tests, but tests/test_arm_portable.py runs
+the portable path built for aarch64 under QEMU user emulation against the same references.
 
 The formats cover each kernel form: F32 and BF16 panels; W_Q32 blocks as bytes with a Q8_0 part
 (Q8_0), as bytes below 64 (Q5_0) and as nibbles (Q4_1); W_Q16 (scale per 16 values) as nibbles
