@@ -850,7 +850,7 @@ typedef int32_t ivec __attribute__((vector_size(AW * sizeof(int32_t))));
 /* r[t] = the sum of a[t]'s lanes, for AW vectors at once: log2(AW) rounds each fold every pair of
  * vectors into one (AW - 1 adds in all, against AW separate horizontal sums whose every step is a
  * dependent shuffle). The folds leave t in bit-reversed lane order; one permutation restores it. */
-static avec hsum_block(const avec *a) {
+static inline __attribute__((always_inline)) avec hsum_block(const avec *a) {
     avec d[2];
 #if AW == 16
     avec b[8], c[4];
@@ -1709,7 +1709,7 @@ const char *colibri_strerror(int status) {
     switch (status) {
     case COLIBRI_OK: return "ok";
     case COLIBRI_E_IO: return "the weights file could not be opened, sized or mapped";
-    case COLIBRI_E_FORMAT: return "malformed or truncated safetensors file";
+    case COLIBRI_E_FORMAT: return "malformed or truncated weights file (safetensors or GGUF)";
     case COLIBRI_E_MISSING_TENSOR: return "a tensor required by the config is missing";
     case COLIBRI_E_SHAPE: return "a tensor's shape does not match the config";
     case COLIBRI_E_DTYPE: return "unsupported tensor dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are supported)";

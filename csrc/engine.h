@@ -30,7 +30,7 @@ extern "C" {
 /* ---- status codes (every function returns one of these) ---- */
 #define COLIBRI_OK                 0   /* success */
 #define COLIBRI_E_IO              -1   /* the weights file could not be opened, sized or mapped */
-#define COLIBRI_E_FORMAT          -2   /* not a safetensors file: header length, JSON or data offsets are malformed or truncated */
+#define COLIBRI_E_FORMAT          -2   /* not a safetensors or GGUF file: a header, its metadata or data offsets malformed or truncated */
 #define COLIBRI_E_MISSING_TENSOR  -3   /* a tensor the config requires is absent */
 #define COLIBRI_E_SHAPE           -4   /* a tensor's shape does not match the config */
 #define COLIBRI_E_DTYPE           -5   /* a tensor's dtype is none of those colibri_load lists */

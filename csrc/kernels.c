@@ -172,11 +172,11 @@ static void group_rows(float *out, const float *x, const void *pan, int n, int d
 #undef TILE_ROWS
 #undef TILE_COLS
 
-/* From this many rows (a prefill), a thread widens each group of BF16 panels to floats once, into
- * its own buffer, and runs the float tile over the rows: the same floats in the same sums, so the
- * results stay identical to F32 panels', without widening every weight again for each four rows
- * (the widening took a third of a BF16 prefill's arithmetic: 350 against F32's 637 tok/s, 1 thread
- * on avx512vnni). Below it (a decode) the panels are read as they are: half the bytes. */
+/* From this many rows (a prefill, or a decode of that many slots), a thread widens each group of
+ * BF16 panels to floats once, into its own buffer, and runs the float tile over the rows: the same
+ * floats in the same sums, so the results stay identical to F32 panels', without widening every
+ * weight again for each four rows (a BF16 prefill ran at 350 tok/s against F32's 637 on the same
+ * path, 1 thread, avx512vnni; 598 since). Below it the panels are read as they are: half the bytes. */
 #define WIDEN_ROWS 16
 
 static void widen_group(float *wide, const uint16_t *pan, size_t count) {
@@ -192,13 +192,16 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
     const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float);
 #pragma omp parallel num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
     {
-        /* n * 4 panels of floats, a multiple of 64 bytes; without it the panels are read as they are */
-        float *wide = widen ? aligned_alloc(64, (size_t)n * 4 * PANEL * sizeof(float)) : NULL;
-        int g;
+        float *wide = NULL;  /* n * 4 panels of floats (a multiple of 64 bytes), at a thread's first group */
+        int g, tried = 0;
 #pragma omp for schedule(static)
         for (g = 0; g < n_groups; g++) {
             const int cb = n_panels - 4 * g < 4 ? n_panels - 4 * g : 4, col0 = 4 * g * PANEL;
             const void *pan = (const char *)w->p + (size_t)4 * g * n * PANEL * esize;
+            if (widen && !tried) {  /* without it the panels are read as they are */
+                wide = aligned_alloc(64, (size_t)n * 4 * PANEL * sizeof(float));
+                tried = 1;
+            }
             if (wide) {
                 widen_group(wide, pan, (size_t)cb * n * PANEL);
                 group_rows(out, x, wide, n, d, col0, rows, cb, 0);

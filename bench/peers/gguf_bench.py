@@ -113,7 +113,12 @@ def child(path: Path, threads: int) -> None:
     eng = model.engine(n_slots=4, n_threads=threads)
     rng = np.random.default_rng(0)
     prompt = rng.integers(100, model.config.vocab_size, 512).tolist()
-    eng.prefill(0, prompt[:16])  # warm-up: page in, size scratch
+    # Warm-up, as llama-bench does before it times (one run of the same test): a whole 512-token
+    # prefill (pages the weights in, sizes and first-touches the scratch of 512 rows) and a decode
+    # step. Before 2026-12-05 18:42 the warm-up was 16 tokens, so the timed prefill paid the
+    # scratch's first touch too, which llama.cpp's figure did not.
+    eng.prefill(1, prompt, reuse=False)
+    eng.prefill(0, prompt[:16])
     eng.decode([0], [prompt[16]])
 
     t = time.perf_counter()
@@ -150,9 +155,11 @@ def cpu() -> tuple[str, str]:
     return field.get("model name", "unknown"), " ".join(flags)
 
 
-def measure(args: argparse.Namespace, paths: dict[str, Path], kernels: list[str]) -> dict:
-    """best[format][threads][who][metric] over alternating rounds."""
+def measure(args: argparse.Namespace, paths: dict[str, Path], kernels: list[str]) -> tuple[dict, list[dict]]:
+    """best[format][threads][who][metric] over alternating rounds, and each round's figures (a
+    ratio near a bar is read round by round too: this VM's speed swings between rounds)."""
     best: dict = {f: {str(t): {} for t in args.threads} for f in paths}
+    each: list[dict] = []
     for rnd in range(args.rounds):
         for f, path in paths.items():
             for t in args.threads:
@@ -160,6 +167,7 @@ def measure(args: argparse.Namespace, paths: dict[str, Path], kernels: list[str]
                                           **(llama_batched(path, t) if args.batched else {})}}
                 for k in kernels:
                     measured[k] = colibri(path, k, t)
+                each.append({"round": rnd + 1, "format": f, "threads": t, **measured})
                 for who, got in measured.items():
                     cell = best[f][str(t)].setdefault(who, {})
                     for key, v in got.items():
@@ -168,7 +176,7 @@ def measure(args: argparse.Namespace, paths: dict[str, Path], kernels: list[str]
                 print(f"[round {rnd + 1}/{args.rounds}] {f}, {t} threads: " + "; ".join(
                     f"{who} " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(got.items())) for who, got in measured.items()),
                     file=sys.stderr, flush=True)
-    return best
+    return best, each
 
 
 def tables(best: dict, paths: dict[str, Path], kernels: list[str], threads: list[int]) -> list[str]:
@@ -226,13 +234,13 @@ def main() -> None:
     paths = {f: ensure_format(f) for f in formats}
     model, flags = cpu()
     before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    best = measure(args, paths, kernels)
+    best, each = measure(args, paths, kernels)
     after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": model, "flags": flags,
                                      "uptime": [before, after], "rounds": args.rounds, "engine_march": march,
                                      "llama_bench": str(args.llama_bench), "model": "SmolLM2-135M-Instruct",
-                                     "results": best}, indent=1) + "\n")
+                                     "results": best, "rounds_measured": each}, indent=1) + "\n")
     print(f"CPU: {model}; flags: {flags}\ncolibri built for -march={march} outside its kernels (COLIBRI_MARCH)\n"
           f"llama.cpp: {args.llama_bench}\nbefore: {before}\nafter:  {after}\n")
     print("\n".join(tables(best, paths, kernels, args.threads)))
