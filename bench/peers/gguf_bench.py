@@ -20,11 +20,12 @@ round, alternating so that a slow spell of this VM hits both engines:
 - colibri's engine in a fresh process per kernel path (COLIBRI_ISA=path: each path this CPU runs,
   forced in turn; "portable" only when asked, it is the correctness fallback; COLIBRI_ISA caps
   the matmuls only, so for a whole AVX2-only engine run this from a checkout built with
-  COLIBRI_MARCH=x86-64-v3, which the results record), T threads: the
-  same prefill, 128 decode steps after one token, and 128 steps of 4 slots together; plus its
-  resident memory.
+  COLIBRI_MARCH=x86-64-v3, which the results record), T threads: after a warm-up of the same
+  prefill (llama-bench warms up too), the same prefill, 128 decode steps after one token, and 128
+  steps of 4 slots together; plus its resident memory.
 
-Each number is the best over the rounds. Results go to bench/results/gguf-formats-paths.json and
+Each number is the best over the rounds; the JSON keeps every round too (rounds_measured).
+Results go to bench/results/gguf-formats-paths.json and
 Markdown tables on stdout (the CPU model and its flags first). Needs the peers cache (rebuilt
 when missing: llama.cpp from the llama-cpp-python sdist, the model from the wheel).
 """
