@@ -192,16 +192,13 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
     const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float);
 #pragma omp parallel num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
     {
-        float *wide = NULL;  /* n * 4 panels of floats (a multiple of 64 bytes), at a thread's first group */
-        int g, tried = 0;
+        /* n * 4 panels of floats, a multiple of 64 bytes; without it the panels are read as they are */
+        float *wide = widen ? aligned_alloc(64, (size_t)n * 4 * PANEL * sizeof(float)) : NULL;
+        int g;
 #pragma omp for schedule(static)
         for (g = 0; g < n_groups; g++) {
             const int cb = n_panels - 4 * g < 4 ? n_panels - 4 * g : 4, col0 = 4 * g * PANEL;
             const void *pan = (const char *)w->p + (size_t)4 * g * n * PANEL * esize;
-            if (widen && !tried) {  /* without it the panels are read as they are */
-                wide = aligned_alloc(64, (size_t)n * 4 * PANEL * sizeof(float));
-                tried = 1;
-            }
             if (wide) {
                 widen_group(wide, pan, (size_t)cb * n * PANEL);
                 group_rows(out, x, wide, n, d, col0, rows, cb, 0);
