@@ -210,6 +210,19 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
     }
 }
 
+/* With AVX-512 VNNI a 512-bit register takes two blocks at once (lanes 0-7 block b, 8-15
+ * block b + 1); with AVX2 a 256-bit register takes one; elsewhere the portable loops below
+ * compute the same sums. */
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define HAVE_AVX2 1  /* W_Q16 uses it on every such machine, W_Q32 only without VNNI */
+#if defined(__AVX512VNNI__) && defined(__AVX512F__)
+#define QSIMD 1
+#else
+#define QAVX2 1
+#endif
+#endif
+
 /* ---- block kernels (W_Q32, W_Q16) ----
  *
  * The input rows are quantized too, the way llama.cpp's Q8_0/Q8_1 activations are: each
@@ -226,15 +239,41 @@ static void quantize_rows(const float *x, int r0, int r1, int n, int8_t *q, floa
         for (int b = 0; b < nb; b++) {
             const size_t blk = (size_t)r * nb + b;
             const float *xb = x + blk * 32;
+            int sum[2] = {0, 0};
+#ifdef HAVE_AVX2
+            /* the scalar loop's values exactly: the same max (NaN skipped alike), the same product,
+             * rounded to nearest even as nearbyintf does in the default mode */
+            __m256 v[4], m = _mm256_setzero_ps();
+            for (int k = 0; k < 4; k++) {
+                v[k] = _mm256_loadu_ps(xb + 8 * k);
+                m = _mm256_max_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v[k]), m);
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, scale = amax / 127.0f;
+            __m256i qi[4];
+            for (int k = 0; k < 4; k++) qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(inv)));
+            /* packs interleave the 128-bit lanes: dwords come out as a0-3 b0-3 c0-3 d0-3 a4-7 ... */
+            const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+            _mm256_storeu_si256((__m256i *)(q + blk * 32),
+                                _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+            for (int k = 0; k < 2; k++) {
+                const __m256i t = _mm256_add_epi32(qi[2 * k], qi[2 * k + 1]);
+                __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+                u = _mm_add_epi32(u, _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 0, 3, 2)));
+                sum[k] = _mm_cvtsi128_si32(_mm_add_epi32(u, _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 3, 0, 1))));
+            }
+#else
             float amax = 0.0f;
             for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
             const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, scale = amax / 127.0f;
-            int sum[2] = {0, 0};
             for (int j = 0; j < 32; j++) {
                 int v = (int)nearbyintf(xb[j] * inv);
                 q[blk * 32 + j] = (int8_t)v;
                 sum[j / 16] += v;
             }
+#endif
             d[((size_t)(r / 4) * nb + b) * 4 + r % 4] = scale;
             s[blk] = scale * (float)(sum[0] + sum[1]);
             si[((size_t)(r / 4) * nb + b) * 4 + r % 4] = s[blk];
@@ -242,19 +281,6 @@ static void quantize_rows(const float *x, int r0, int r1, int n, int8_t *q, floa
             h[2 * blk + 1] = scale * (float)sum[1];
         }
 }
-
-/* With AVX-512 VNNI a 512-bit register takes two blocks at once (lanes 0-7 block b, 8-15
- * block b + 1); with AVX2 a 256-bit register takes one; elsewhere the portable loops below
- * compute the same sums. */
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define HAVE_AVX2 1  /* W_Q16 uses it on every such machine, W_Q32 only without VNNI */
-#if defined(__AVX512VNNI__) && defined(__AVX512F__)
-#define QSIMD 1
-#else
-#define QAVX2 1
-#endif
-#endif
 
 #ifdef HAVE_AVX2
 static inline float hsum8(__m256 v) {
@@ -445,31 +471,52 @@ static inline __attribute__((always_inline)) __m256i input_halves(const int8_t *
                                    _mm_loadu_si128((const __m128i *)(a + (size_t)(b + 1) * 32 + 16 * upper)), 1);
 }
 
-/* Σ lo·alo + Σ hi·ahi as eight int32 partial sums. Without VNNI the two maddubs results are added
- * in 16 bits first: a nibble pair sum is at most 2 x 15 x 127 = 3810, two of them 7620, far from
- * saturating. */
-static inline __attribute__((always_inline)) __m256i qdot_nibbles(__m256i lo, __m256i hi, __m256i alo, __m256i ahi) {
+/* Σ lo·alo + Σ hi·ahi for weight rows 0 and 1 (lo[o], hi[o]) against one input row, as int32
+ * lanes [0, 0, 1, 1 | 0, 0, 1, 1] by weight row, each a partial sum of block b (lanes 0-3) or b + 1
+ * (lanes 4-7). Folding the two rows into one vector halves the conversions and FMAs per input row,
+ * which on 256-bit registers are as many as the dot products' own instructions. Without VNNI the
+ * sums stay in 16 bits until the last step: a nibble pair sum is at most 2 x 15 x 127 = 3810, low
+ * plus high 7620, the horizontal add of two 15240, far from saturating. A lane of row 0 never takes
+ * anything from row 1, so a one-row tile (row 1 zero) gives row 0 the same sums. */
+static inline __attribute__((always_inline)) __m256i qdot_nibbles(const __m256i lo[2], const __m256i hi[2], __m256i alo,
+                                                                __m256i ahi) {
 #if defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo, alo), hi, ahi);
+    __m256i d[2];
+    for (int o = 0; o < 2; o++)
+        d[o] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo[o], alo), hi[o], ahi);
+    return _mm256_hadd_epi32(d[0], d[1]);
 #else
-    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi));
-    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+    __m256i pairs[2];
+    for (int o = 0; o < 2; o++)
+        pairs[o] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[o], alo), _mm256_maddubs_epi16(hi[o], ahi));
+    return _mm256_madd_epi16(_mm256_hadd_epi16(pairs[0], pairs[1]), _mm256_set1_epi16(1));
 #endif
 }
 
-/* acc[o][r] += blocks b and b + 1 (b alone if !two) of weight row o · input row r, for OB weight
- * rows and RB input rows (see qtile); macc[o] += their min terms, min_w (scale_a Σa) for rows 0-3
- * in lanes 0-3 (block b) and 4-7 (block b + 1), one product for four rows from the input sums ai
- * in ad's layout. */
-static inline __attribute__((always_inline)) void qnibble_blocks(__m256 acc[2][4], __m256 macc[2], const qrow *w, int b,
+/* Lanes [p0[r], p0[r], p1[r], p1[r] | p0[4 + r], p0[4 + r], p1[4 + r], p1[4 + r]]: row r's scale
+ * products in qdot_nibbles' lanes (a shuffle's immediate must be a constant, hence the cases). */
+static inline __attribute__((always_inline)) __m256 pick_row(__m256 p0, __m256 p1, int r) {
+    switch (r) {
+    case 0: return _mm256_shuffle_ps(p0, p1, 0x00);
+    case 1: return _mm256_shuffle_ps(p0, p1, 0x55);
+    case 2: return _mm256_shuffle_ps(p0, p1, 0xaa);
+    default: return _mm256_shuffle_ps(p0, p1, 0xff);
+    }
+}
+
+/* acc[r] += blocks b and b + 1 (b alone if !two) of weight rows 0 and 1 (OB of them) · input row r,
+ * in qdot_nibbles' lanes, for RB input rows (see qtile); macc[o] += their min terms, min_w
+ * (scale_a Σa) for rows 0-3 in lanes 0-3 (block b) and 4-7 (block b + 1), one product for four rows
+ * from the input sums ai in ad's layout. */
+static inline __attribute__((always_inline)) void qnibble_blocks(__m256 acc[4], __m256 macc[2], const qrow *w, int b,
                                                                int two, const int8_t *aq, const float *ad,
                                                                const float *ai, int n, int OB, int RB) {
     const __m256i low = _mm256_set1_epi8(0x0f);
     /* lanes 0-3: block b's input scale (sum) in rows 0-3; lanes 4-7: block b + 1's (zero if !two) */
     const __m256 adv = two ? _mm256_loadu_ps(ad + (size_t)b * 4) : _mm256_zextps128_ps256(_mm_loadu_ps(ad + (size_t)b * 4));
     const __m256 aiv = two ? _mm256_loadu_ps(ai + (size_t)b * 4) : _mm256_zextps128_ps256(_mm_loadu_ps(ai + (size_t)b * 4));
-    __m256i lo[2], hi[2];
-    __m256 prod[2];  /* weight scale x input scale, in the lanes of adv */
+    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi[2] = {lo[0], lo[0]};
+    __m256 prod[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};  /* weight scale x input scale, in adv's lanes */
     for (int o = 0; o < OB; o++) {
         const __m256i x = two ? _mm256_loadu_si256((const __m256i *)(w[o].q + (size_t)b * 16))
                               : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w[o].q + (size_t)b * 16)));
@@ -483,11 +530,8 @@ static inline __attribute__((always_inline)) void qnibble_blocks(__m256 acc[2][4
     for (int r = 0; r < RB; r++) {
         const int8_t *a = aq + (size_t)r * n;
         const __m256i alo = input_halves(a, b, 0, two), ahi = input_halves(a, b, 1, two);
-        const __m256i pick = _mm256_set_epi32(4 + r, 4 + r, 4 + r, 4 + r, r, r, r, r);
-        for (int o = 0; o < OB; o++) {
-            const __m256 p = _mm256_cvtepi32_ps(qdot_nibbles(lo[o], hi[o], alo, ahi));
-            acc[o][r] = _mm256_fmadd_ps(p, _mm256_permutevar8x32_ps(prod[o], pick), acc[o][r]);
-        }
+        const __m256 p = _mm256_cvtepi32_ps(qdot_nibbles(lo, hi, alo, ahi));
+        acc[r] = _mm256_fmadd_ps(p, pick_row(prod[0], prod[1], r), acc[r]);
     }
 }
 
@@ -497,18 +541,21 @@ static inline __attribute__((always_inline)) void qnibble_blocks(__m256 acc[2][4
 static inline __attribute__((always_inline)) void qtile_nibbles8(float *out, int d, const qrow *w, int nb,
                                                                const int8_t *aq, const float *ad, const float *ai,
                                                                int n, int OB, int RB) {
-    __m256 acc[2][4], macc[2];
-    zero_tile(acc, OB, 4);
-    for (int o = 0; o < OB; o++) macc[o] = _mm256_setzero_ps();
+    __m256 acc[4], macc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
     int b = 0;
     for (; b + 2 <= nb; b += 2) qnibble_blocks(acc, macc, w, b, 1, aq, ad, ai, n, OB, RB);
     if (b < nb) qnibble_blocks(acc, macc, w, b, 0, aq, ad, ai, n, OB, RB);
-    for (int o = 0; o < OB; o++) {
-        const __m128 mins = _mm_add_ps(_mm256_castps256_ps128(macc[o]), _mm256_extractf128_ps(macc[o], 1));
-        float t[4];
-        _mm_storeu_ps(t, _mm_add_ps(hsum8x4(acc[o]), mins));
-        for (int r = 0; r < RB; r++) out[o + (size_t)r * d] = t[r];
-    }
+    __m128 h[4], m[2];
+    for (int r = 0; r < 4; r++) h[r] = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+    for (int o = 0; o < 2; o++) m[o] = _mm_add_ps(_mm256_castps256_ps128(macc[o]), _mm256_extractf128_ps(macc[o], 1));
+    /* lanes (row, weight row) (0, 0) (0, 1) (1, 0) (1, 1), then rows 2 and 3: the lane sums beside
+     * the min terms, interleaved the same way */
+    float t[8];
+    _mm_storeu_ps(t, _mm_add_ps(_mm_hadd_ps(h[0], h[1]), _mm_unpacklo_ps(m[0], m[1])));
+    _mm_storeu_ps(t + 4, _mm_add_ps(_mm_hadd_ps(h[2], h[3]), _mm_unpackhi_ps(m[0], m[1])));
+    for (int r = 0; r < RB; r++)
+        for (int o = 0; o < OB; o++) out[o + (size_t)r * d] = t[2 * r + o];
 }
 
 /* qtile for the byte forms of W_Q32 (QF_WIDE, QF_NARROW, QF_Q8) on 256-bit registers, one block a
