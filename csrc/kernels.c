@@ -232,8 +232,14 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
  * The error against the dequantized F32 weights is the input rounding alone (at most half a
  * step of amax/127 per value), stated per format in tests/test_gguf.py. Input block scales
  * are stored four rows interleaved, so one vector multiply gives a weight block's scale
- * products for four rows. W_Q16's min term takes the same sum per 16-value half (h). */
-static void quantize_rows(const float *x, int r0, int r1, int n, int8_t *q, float *d, float *s, float *si, float *h) {
+ * products for four rows. W_Q16's min term takes the same sum per 16-value half (h).
+ *
+ * `paired` (the 256-bit nibble tile's inputs, QAVX2 only) stores each pair of blocks b, b + 1 (b
+ * even) as values 0-15 of b, 0-15 of b + 1, 16-31 of b, 16-31 of b + 1: the halves that tile
+ * multiplies by one register of nibbles, each one load (input_halves). A last unpaired block
+ * stays in order. */
+static void quantize_rows(const float *x, int r0, int r1, int n, int paired, int8_t *q, float *d, float *s, float *si,
+                          float *h) {
     const int nb = n / 32;
     for (int r = r0; r < r1; r++)
         for (int b = 0; b < nb; b++) {
@@ -256,8 +262,14 @@ static void quantize_rows(const float *x, int r0, int r1, int n, int8_t *q, floa
             for (int k = 0; k < 4; k++) qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(inv)));
             /* packs interleave the 128-bit lanes: dwords come out as a0-3 b0-3 c0-3 d0-3 a4-7 ... */
             const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
-            _mm256_storeu_si256((__m256i *)(q + blk * 32),
-                                _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+            const __m256i ordered = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            if (paired && (b | 1) < nb) {
+                int8_t *pair = q + (blk - (b & 1)) * 32 + 16 * (b & 1);
+                _mm_storeu_si128((__m128i *)pair, _mm256_castsi256_si128(ordered));
+                _mm_storeu_si128((__m128i *)(pair + 32), _mm256_extracti128_si256(ordered, 1));
+            } else {
+                _mm256_storeu_si256((__m256i *)(q + blk * 32), ordered);
+            }
             for (int k = 0; k < 2; k++) {
                 const __m256i t = _mm256_add_epi32(qi[2 * k], qi[2 * k + 1]);
                 __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
@@ -265,6 +277,7 @@ static void quantize_rows(const float *x, int r0, int r1, int n, int8_t *q, floa
                 sum[k] = _mm_cvtsi128_si32(_mm_add_epi32(u, _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 3, 0, 1))));
             }
 #else
+            (void)paired;  /* no path without AVX2 reads the paired order */
             float amax = 0.0f;
             for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
             const float inv = amax > 0.0f ? 127.0f / amax : 0.0f, scale = amax / 127.0f;
@@ -462,13 +475,11 @@ static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, 
  * which takes one conversion and one FMA, its scale products picked per row from one vector
  * multiply of four rows' input scales (ad's interleaved layout) by the two weight scales. */
 
-/* Values 0-15 (upper = 0) or 16-31 (upper = 1) of input blocks b and b + 1 of one row, b + 1's
- * half zero if !two. */
+/* Values 0-15 (upper = 0) or 16-31 (upper = 1) of input blocks b and b + 1 of one row, quantized in
+ * quantize_rows' paired order (one load); b alone, in order, b + 1's half zero, if !two. */
 static inline __attribute__((always_inline)) __m256i input_halves(const int8_t *a, int b, int upper, int two) {
-    const __m128i x = _mm_loadu_si128((const __m128i *)(a + (size_t)b * 32 + 16 * upper));
-    if (!two) return _mm256_zextsi128_si256(x);
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(x),
-                                   _mm_loadu_si128((const __m128i *)(a + (size_t)(b + 1) * 32 + 16 * upper)), 1);
+    if (!two) return _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(a + (size_t)b * 32 + 16 * upper)));
+    return _mm256_loadu_si256((const __m256i *)(a + (size_t)b * 32 + 32 * upper));
 }
 
 /* Σ lo·alo + Σ hi·ahi for weight rows 0 and 1 (lo[o], hi[o]) against one input row, as int32
@@ -502,6 +513,21 @@ static inline __attribute__((always_inline)) __m256 pick_row(__m256 p0, __m256 p
     case 2: return _mm256_shuffle_ps(p0, p1, 0xaa);
     default: return _mm256_shuffle_ps(p0, p1, 0xff);
     }
+}
+
+/* out[o + r * d] for the 256-bit tiles: acc[r] in qdot_nibbles' lanes (weight row 0 in lanes 0, 1,
+ * 4, 5; row 1 in 2, 3, 6, 7), m[o] lane r row r's min term of weight row o. */
+static inline __attribute__((always_inline)) void tile_store(float *out, int d, const __m256 acc[4], const __m128 m[2],
+                                                           int OB, int RB) {
+    __m128 h[4];
+    for (int r = 0; r < 4; r++) h[r] = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+    /* lanes (row, weight row) (0, 0) (0, 1) (1, 0) (1, 1), then rows 2 and 3: the lane sums beside
+     * the min terms, interleaved the same way */
+    float t[8];
+    _mm_storeu_ps(t, _mm_add_ps(_mm_hadd_ps(h[0], h[1]), _mm_unpacklo_ps(m[0], m[1])));
+    _mm_storeu_ps(t + 4, _mm_add_ps(_mm_hadd_ps(h[2], h[3]), _mm_unpackhi_ps(m[0], m[1])));
+    for (int r = 0; r < RB; r++)
+        for (int o = 0; o < OB; o++) out[o + (size_t)r * d] = t[2 * r + o];
 }
 
 /* acc[r] += blocks b and b + 1 (b alone if !two) of weight rows 0 and 1 (OB of them) · input row r,
@@ -546,58 +572,53 @@ static inline __attribute__((always_inline)) void qtile_nibbles8(float *out, int
     int b = 0;
     for (; b + 2 <= nb; b += 2) qnibble_blocks(acc, macc, w, b, 1, aq, ad, ai, n, OB, RB);
     if (b < nb) qnibble_blocks(acc, macc, w, b, 0, aq, ad, ai, n, OB, RB);
-    __m128 h[4], m[2];
-    for (int r = 0; r < 4; r++) h[r] = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+    __m128 m[2];
     for (int o = 0; o < 2; o++) m[o] = _mm_add_ps(_mm256_castps256_ps128(macc[o]), _mm256_extractf128_ps(macc[o], 1));
-    /* lanes (row, weight row) (0, 0) (0, 1) (1, 0) (1, 1), then rows 2 and 3: the lane sums beside
-     * the min terms, interleaved the same way */
-    float t[8];
-    _mm_storeu_ps(t, _mm_add_ps(_mm_hadd_ps(h[0], h[1]), _mm_unpacklo_ps(m[0], m[1])));
-    _mm_storeu_ps(t + 4, _mm_add_ps(_mm_hadd_ps(h[2], h[3]), _mm_unpackhi_ps(m[0], m[1])));
-    for (int r = 0; r < RB; r++)
-        for (int o = 0; o < OB; o++) out[o + (size_t)r * d] = t[2 * r + o];
+    tile_store(out, d, acc, m, OB, RB);
 }
 
 /* qtile for the byte forms of W_Q32 (QF_WIDE, QF_NARROW, QF_Q8) on 256-bit registers, one block a
- * step (qtile_avx2's sums, with the per-row work cut as in the nibble tile): the scale products
- * of four rows are one 128-bit multiply, picked per row by a permute (a shuffle port, not the two
- * the dot products use), and the min terms of four rows are one FMA a block into macc (lane r:
- * row r). With VNNI every form takes its u8 x s8 dot exactly, Q8_0's -128 x scale min included;
- * without it QF_WIDE and QF_Q8 take qtile_avx2's sign trick, whose 128 Σa is folded into the min
- * (min + 128 scale; for Q8_0 the two cancel and neither is computed). */
+ * step, in the nibble tile's shape: the dot products of weight rows 0 and 1 against an input row
+ * are folded into one vector (a 32-bit horizontal add) for one conversion and one FMA, whose scale
+ * products are picked per row from two multiplies (pick_row); the min terms of four rows are one
+ * FMA a block into macc (lane r: row r). With VNNI every form takes its u8 x s8 dot exactly, Q8_0's
+ * -128 x scale min included; without it QF_WIDE and QF_Q8 take qtile_avx2's sign trick, whose
+ * 128 Σa is folded into the min (min + 128 scale; for Q8_0 the two cancel and neither is computed). */
 static inline __attribute__((always_inline)) void qtile_bytes8(float *out, int d, const qrow *w, int nb,
                                                              const int8_t *aq, const float *ad, const float *ai, int n,
                                                              int form, int OB, int RB) {
     const int sign_trick = !QDOT_EXACT && (form == QF_Q8 || form == QF_WIDE);
     const int min_terms = !(sign_trick && form == QF_Q8);
-    __m256 acc[2][4];
+    __m256 acc[4];
     __m128 macc[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
-    zero_tile(acc, OB, 4);
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const __m128 ad4 = _mm_loadu_ps(ad + (size_t)b * 4), ai4 = _mm_loadu_ps(ai + (size_t)b * 4);
+        const __m128 ai4 = _mm_loadu_ps(ai + (size_t)b * 4);
+        const __m256 ad8 = _mm256_broadcast_ps((const __m128 *)(ad + (size_t)b * 4));  /* lane r, 4 + r: row r's */
+        __m256i wv[2], ws[2], wabs[2];
+        __m256 prod[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int o = 0; o < 2; o++) wv[o] = ws[o] = wabs[o] = _mm256_setzero_si256();  /* a missing row 1: zero sums */
         for (int o = 0; o < OB; o++) {
-            const __m256i wv = qweights8(&w[o], b, 0);
-            const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80)), wabs = _mm256_abs_epi8(ws);
+            wv[o] = qweights8(&w[o], b, 0);
+            ws[o] = _mm256_xor_si256(wv[o], _mm256_set1_epi8((char)0x80));
+            wabs[o] = _mm256_abs_epi8(ws[o]);
             const __m128 sw = _mm_set1_ps(w[o].scale[b]);
-            const __m256 prod = _mm256_castps128_ps256(_mm_mul_ps(sw, ad4));  /* lane r: row r's */
+            prod[o] = _mm256_mul_ps(_mm256_set1_ps(w[o].scale[b]), ad8);
             if (min_terms) {
                 const __m128 mv = sign_trick ? _mm_fmadd_ps(_mm_set1_ps(128.0f), sw, _mm_set1_ps(w[o].min[b]))
                                              : _mm_set1_ps(w[o].min[b]);
                 macc[o] = _mm_fmadd_ps(mv, ai4, macc[o]);
             }
-            for (int r = 0; r < RB; r++) {
-                const __m256i a = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
-                const __m256i dot = sign_trick ? qdot8(wabs, _mm256_sign_epi8(a, ws)) : qdot8(wv, a);
-                acc[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(prod, _mm256_set1_epi32(r)),
-                                            acc[o][r]);
-            }
+        }
+        for (int r = 0; r < RB; r++) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
+            __m256i dot[2];
+            for (int o = 0; o < 2; o++) dot[o] = sign_trick ? qdot8(wabs[o], _mm256_sign_epi8(a, ws[o])) : qdot8(wv[o], a);
+            const __m256 p = _mm256_cvtepi32_ps(_mm256_hadd_epi32(dot[0], dot[1]));
+            acc[r] = _mm256_fmadd_ps(p, pick_row(prod[0], prod[1], r), acc[r]);
         }
     }
-    for (int o = 0; o < OB; o++) {
-        float t[4];
-        _mm_storeu_ps(t, _mm_add_ps(hsum8x4(acc[o]), macc[o]));
-        for (int r = 0; r < RB; r++) out[o + (size_t)r * d] = t[r];
-    }
+    tile_store(out, d, acc, macc, OB, RB);
 }
 #endif
 
@@ -711,17 +732,22 @@ void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows,
     const int half = w->kind == W_Q16, ns = half ? 2 * nb : nb;  /* scales (and mins) per weight row */
     const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
     const int par = threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK;
+#ifdef QAVX2
+    const int paired = q4 && !half;  /* the nibble tile's input order (quantize_rows) */
+#else
+    const int paired = 0;
+#endif
     /* A prefill's rows are quantized by every thread (done by one, it was a serial stretch of each
      * matmul that the other thread waited out); a decode's few rows by one before the region,
      * which saves the barrier between quantizing and the tiles. */
     const int split = par && rows >= QSPLIT_ROWS;
-    if (!split) quantize_rows(x, 0, rows, n, s->aq, s->ad, s->as, s->ai, s->ah);
+    if (!split) quantize_rows(x, 0, rows, n, paired, s->aq, s->ad, s->as, s->ai, s->ah);
     int g, rq;
 #pragma omp parallel num_threads(threads) if (par)
     {
         if (split) {
 #pragma omp for schedule(static)
-            for (rq = 0; rq < rows; rq++) quantize_rows(x, rq, rq + 1, n, s->aq, s->ad, s->as, s->ai, s->ah);
+            for (rq = 0; rq < rows; rq++) quantize_rows(x, rq, rq + 1, n, paired, s->aq, s->ad, s->as, s->ai, s->ah);
         }  /* (the loop's barrier: every row is quantized before a tile reads it) */
 #pragma omp for schedule(static)
         for (g = 0; g < n_groups; g++) {
