@@ -682,39 +682,94 @@ static void rmsnorm(float *out, const float *x, const float *weight, int n, floa
     for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
 }
 
-/* exp(x) for the softmax and SiLU loops: Cephes-style reduction x = n ln2 + r and a degree-6
- * polynomial in r (relative error below 2e-7, i.e. a couple of float ulps), in plain arithmetic
- * so those loops vectorise; libm's expf is one call per element. Inputs are clamped to the
- * range where 2^n is a normal float, which only matters for results that are 0 or overflow
- * anyway in a softmax or a sigmoid. */
-static inline float exp_poly(float x) {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+/* The engine's float vector (attention, softmax, SwiGLU): the CPU's register width, as the build targets it (-march, setup.py), so
+ * that a head of NV vectors and the sixteen-lane score folds stay in registers: with AVX-512 16
+ * floats, with AVX2 8 (a 16-float vector there is two registers, and the folds and the 16 score
+ * accumulators went through the stack: attention was a third of an AVX2 build's prefill, issue
+ * 52), else 4 (SSE, NEON). */
+#if defined(__AVX512F__)
+#define AW 16
+#elif defined(__AVX__)
+#define AW 8
+#else
+#define AW 4
+#endif
+typedef float avec __attribute__((vector_size(AW * sizeof(float))));
+
+static inline avec loadv(const float *p) { avec v; memcpy(&v, p, sizeof v); return v; }
+
+/* The sum of v's lanes: the halves added, then the half's lanes in pairs (one fixed order). */
+static float hsum_vec(avec v) {
+    float t[AW];
+    memcpy(t, &v, sizeof t);
+    for (int i = 0; i < AW / 2; i++) t[i] += t[i + AW / 2];
+#if AW == 16
+    return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+#elif AW == 8
+    return (t[0] + t[2]) + (t[1] + t[3]);
+#else
+    return t[0] + t[1];
+#endif
+}
+
+/* exp(x) on AW lanes for the softmax and SiLU loops: Cephes-style reduction x = n ln2 + r and a
+ * degree-6 polynomial in r (relative error below 2e-7, i.e. a couple of float ulps); libm's expf
+ * is one call per element. Inputs are clamped to the range where 2^n is a normal float, which
+ * only matters for results that are 0 or overflow anyway in a softmax or a sigmoid; NaN stays
+ * NaN. The clamp is a bitwise select: written as ternaries on floats, GCC kept them as branches
+ * (so the loops stayed scalar), or, told FP compares cannot trap, if-converted them by dividing
+ * by exp's value at each bound, denormal quotients whose microcode assists made SwiGLU 2.7x
+ * slower than scalar (measured). */
+typedef int32_t ivec __attribute__((vector_size(AW * sizeof(int32_t))));
+
+static inline avec select_v(ivec mask, avec a, avec b) { return (avec)(((ivec)a & mask) | ((ivec)b & ~mask)); }
+
+static inline avec exp_vec(avec x) {
+    const avec zero = {0};
+    x = select_v(x < -87.0f, zero - 87.0f, x);
+    x = select_v(x > 88.0f, zero + 88.0f, x);
     const float magic = 12582912.0f;  /* 1.5 * 2^23: adding it rounds to an integer */
-    float t = x * 1.44269504088896341f + magic, n = t - magic;
-    float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  /* ln 2 in two parts */
-    float p = 1.9875691500e-4f;
+    const avec t = x * 1.44269504088896341f + magic, n = t - magic;
+    const avec r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  /* ln 2 in two parts */
+    avec p = zero + 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits;
-    memcpy(&bits, &t, sizeof bits);
-    bits = (bits - 0x4B400000 + 127) << 23;  /* t's low mantissa bits hold n: 2^n */
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    const ivec bits = ((ivec)t - 0x4B400000 + 127) << 23;  /* t's low mantissa bits hold n: 2^n */
+    return p * (avec)bits;
 }
 
+/* exp_vec for one value (the loops' tails). */
+static inline float exp1(float x) { return exp_vec((avec){0} + x)[0]; }
+
 static void softmax(float *x, int n) {
-    float max = x[0], sum = 0.0f;
+    float max = x[0];
 #pragma omp simd reduction(max : max)
     for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
-#pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < n; i++) { x[i] = exp_poly(x[i] - max); sum += x[i]; }
-    float inv = 1.0f / sum;
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    avec acc = {0};
+    int i = 0;
+    for (; i + AW <= n; i += AW) {
+        const avec e = exp_vec(loadv(x + i) - max);
+        memcpy(x + i, &e, sizeof e);
+        acc += e;
+    }
+    float sum = hsum_vec(acc);
+    for (; i < n; i++) sum += x[i] = exp1(x[i] - max);
+    const float inv = 1.0f / sum;
+    for (i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* h = SiLU(gate) * up over n values (SwiGLU's hidden layer). */
+static void swiglu(float *h, const float *gate, const float *up, int n) {
+    int i = 0;
+    for (; i + AW <= n; i += AW) {
+        const avec g = loadv(gate + i), v = g / (1.0f + exp_vec(-g)) * loadv(up + i);
+        memcpy(h + i, &v, sizeof v);
+    }
+    for (; i < n; i++) h[i] = gate[i] / (1.0f + exp1(-gate[i])) * up[i];
 }
 
 
@@ -777,36 +832,6 @@ static void rope(float *vec, int n_heads, int head_size, int interleaved, const 
             *b = x2 * cos_row[i] + x1 * sin_row[i];
         }
     }
-}
-
-/* Attention's vector: the CPU's register width, as the build targets it (-march, setup.py), so
- * that a head of NV vectors and the sixteen-lane score folds stay in registers: with AVX-512 16
- * floats, with AVX2 8 (a 16-float vector there is two registers, and the folds and the 16 score
- * accumulators went through the stack: attention was a third of an AVX2 build's prefill, issue
- * 52), else 4 (SSE, NEON). */
-#if defined(__AVX512F__)
-#define AW 16
-#elif defined(__AVX__)
-#define AW 8
-#else
-#define AW 4
-#endif
-typedef float avec __attribute__((vector_size(AW * sizeof(float))));
-
-static inline avec loadv(const float *p) { avec v; memcpy(&v, p, sizeof v); return v; }
-
-/* The sum of v's lanes: the halves added, then the half's lanes in pairs (one fixed order). */
-static float hsum_vec(avec v) {
-    float t[AW];
-    memcpy(t, &v, sizeof t);
-    for (int i = 0; i < AW / 2; i++) t[i] += t[i + AW / 2];
-#if AW == 16
-    return ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
-#elif AW == 8
-    return (t[0] + t[2]) + (t[1] + t[3]);
-#else
-    return t[0] + t[1];
-#endif
 }
 
 /* Lane selections for hsum_block (indices AW..2AW-1 name the second vector's lanes): LOk/HIk take
@@ -1075,9 +1100,7 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
         matmul(e, s->gu, s->xb, &e->w.w_gate_up[l], rows);
         for (int r = 0; r < rows; r++) {
             const float *gate = s->gu + (size_t)r * 2 * hid, *up = gate + hid;
-            float *h = s->hb + (size_t)r * hid;
-#pragma omp simd
-            for (int i = 0; i < hid; i++) h[i] = gate[i] / (1.0f + exp_poly(-gate[i])) * up[i];  /* SwiGLU */
+            swiglu(s->hb + (size_t)r * hid, gate, up, hid);
         }
         matmul(e, s->xb, s->hb, &e->w.w_down[l], rows);
         for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
