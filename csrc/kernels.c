@@ -470,10 +470,12 @@ static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, 
  * row (perf, BENCHMARKS.md "Issue 52 targets"), and 4 slots missed 2x one slot. Here a register
  * holds two blocks, as the AVX-512 tile does: 32 bytes of nibbles are blocks b and b + 1, so
  * their low nibbles are values 0-15 of b then of b + 1 and their high nibbles values 16-31 of
- * each, with no shuffle of the weights; the input rows are loaded in the same halves (input_halves).
- * The two dot products land in lanes 0-3 (block b) and 4-7 (block b + 1) of one int32 vector,
- * which takes one conversion and one FMA, its scale products picked per row from one vector
- * multiply of four rows' input scales (ad's interleaved layout) by the two weight scales. */
+ * each, with no shuffle of the weights; the input rows are quantized in the same halves
+ * (quantize_rows' paired order, one load each: input_halves). The two blocks' dot products land in
+ * lanes 0-3 (block b) and 4-7 (block b + 1), and both weight rows of the tile share one vector
+ * (qdot_nibbles), which takes one conversion and one FMA per input row; its scale products are
+ * picked per row (pick_row) from one multiply per weight row of four rows' input scales (ad's
+ * interleaved layout) by the two weight scales. */
 
 /* Values 0-15 (upper = 0) or 16-31 (upper = 1) of input blocks b and b + 1 of one row, quantized in
  * quantize_rows' paired order (one load); b alone, in order, b + 1's half zero, if !two. */
