@@ -15,8 +15,9 @@ round, alternating so that a slow spell of this VM hits both engines:
 
 - llama.cpp `llama-bench -t T -p 512 -n 128`: prefill of 512 tokens, decode of 128 (with --llama avx2,
   the same revision built without AVX-512, VNNI or AMX, for the avx2 path's comparison);
-- with --batched, llama.cpp `llama-batched-bench -npp 16 -ntg 128 -npl 1,4`: decode with 1 and 4
-  sequences;
+- with --batched, llama.cpp `llama-batched-bench -npp 16 -ntg 128 -npl 1,4` (the same build as
+  llama-bench): decode with 1 and 4 sequences, so the 4-slot row sets colibri's 4 slots beside
+  llama.cpp's 4 sequences, each with its own gain over one;
 - colibri's engine in a fresh process per kernel path (COLIBRI_ISA=path: each path this CPU runs,
   forced in turn; "portable" only when asked, it is the correctness fallback; COLIBRI_ISA caps
   the matmuls only, so for a whole AVX2-only engine run this from a checkout built with
@@ -41,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from llamacpp_build import (  # noqa: E402
     LLAMA_BATCHED_BENCH,
+    LLAMA_BATCHED_BENCH_AVX2,
     LLAMA_BENCH,
     LLAMA_QUANTIZE,
     ensure_llama_bench_avx2,
@@ -86,8 +88,8 @@ def llama_bench(path: Path, threads: int, binary: Path = LLAMA_BENCH) -> dict[st
     return got
 
 
-def llama_batched(path: Path, threads: int) -> dict[str, float]:
-    out = subprocess.run([str(LLAMA_BATCHED_BENCH), "-m", str(path), "-t", str(threads), "-c", "2048",
+def llama_batched(path: Path, threads: int, binary: Path = LLAMA_BATCHED_BENCH) -> dict[str, float]:
+    out = subprocess.run([str(binary), "-m", str(path), "-t", str(threads), "-c", "2048",
                           "-npp", "16", "-ntg", "128", "-npl", "1,4", "--output-format", "jsonl"],
                          check=True, capture_output=True, text=True, timeout=600)
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
@@ -165,7 +167,7 @@ def measure(args: argparse.Namespace, paths: dict[str, Path], kernels: list[str]
         for f, path in paths.items():
             for t in args.threads:
                 measured = {"llama.cpp": {**llama_bench(path, t, args.llama_bench),
-                                          **(llama_batched(path, t) if args.batched else {})}}
+                                          **(llama_batched(path, t, args.llama_batched) if args.batched else {})}}
                 for k in kernels:
                     measured[k] = colibri(path, k, t)
                 each.append({"round": rnd + 1, "format": f, "threads": t, **measured})
@@ -190,13 +192,16 @@ def tables(best: dict, paths: dict[str, Path], kernels: list[str], threads: list
                 base = cell["llama.cpp"].get(metric)
                 if metric == "decode_x4" and base is None:  # llama-batched-bench not run: colibri's own 4-slot gain
                     base_note, base = "(4 slots / 1 slot)", None
+                elif metric == "decode_x4":  # beside llama.cpp's 4 sequences, each with its gain over one
+                    base_note = f"{base:.0f} ({base / cell['llama.cpp']['decode_x1']:.2f}× its 1)"
                 else:
                     base_note = f"{base:.0f}"
                 row = []
                 for k in kernels:
                     v = cell[k][metric]
                     ref = base if base is not None else cell[k]["decode"]
-                    row.append(f"{v:.0f} ({v / ref:.2f}×)")
+                    own = f"; {v / cell[k]['decode']:.2f}× its 1 slot" if metric == "decode_x4" and ref is base else ""
+                    row.append(f"{v:.0f} ({v / ref:.2f}×{own})")
                 lines.append(f"| {f} | {t} | {metric.replace('decode_x4', 'decode, 4 slots')} | {base_note} | "
                              + " | ".join(row) + " |")
     return lines
@@ -211,8 +216,8 @@ def main() -> None:
                     f"{','.join(KERNEL_PATHS)} (default: each this CPU runs but portable)")
     ap.add_argument("--batched", action="store_true", help="also llama-batched-bench (4-sequence decode)")
     ap.add_argument("--llama", choices=["native", "avx2"], default="native",
-                    help="llama-bench built with -march=native (default) or for AVX2 only (built when missing; "
-                    "for comparing the avx2 path; --batched stays native)")
+                    help="llama.cpp's benches built with -march=native (default) or for AVX2 only (built when "
+                    "missing; for comparing the avx2 path)")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "gguf-formats-paths.json")
     args = ap.parse_args()
     known = {f.upper(): f for f in FORMATS}
@@ -232,6 +237,7 @@ def main() -> None:
 
     ensure_llama_server()
     args.llama_bench = ensure_llama_bench_avx2() if args.llama == "avx2" else LLAMA_BENCH
+    args.llama_batched = LLAMA_BATCHED_BENCH_AVX2 if args.llama == "avx2" else LLAMA_BATCHED_BENCH
     paths = {f: ensure_format(f) for f in formats}
     model, flags = cpu()
     before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -240,7 +246,8 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": model, "flags": flags,
                                      "uptime": [before, after], "rounds": args.rounds, "engine_march": march,
-                                     "llama_bench": str(args.llama_bench), "model": "SmolLM2-135M-Instruct",
+                                     "llama_bench": str(args.llama_bench),
+                                     "llama_batched_bench": str(args.llama_batched) if args.batched else None, "model": "SmolLM2-135M-Instruct",
                                      "results": best, "rounds_measured": each}, indent=1) + "\n")
     print(f"CPU: {model}; flags: {flags}\ncolibri built for -march={march} outside its kernels (COLIBRI_MARCH)\n"
           f"llama.cpp: {args.llama_bench}\nbefore: {before}\nafter:  {after}\n")

@@ -94,9 +94,11 @@ def ensure_llama_server() -> Path:
 
 # The same revision built for a CPU without AVX-512 (issue 52's AVX2 comparison): no -march=native,
 # AVX2 + FMA + F16C (+ the SSE/AVX/BMI2 levels below them, on by default once native is off), every
-# AVX-512, VNNI and AMX option off. Only llama-bench: the comparison is the engines', not the servers'.
+# AVX-512, VNNI and AMX option off. Only llama-bench and llama-batched-bench: the comparison is the
+# engines', not the servers'.
 BUILD_AVX2 = CACHE / "llama.cpp" / "build-avx2"
 LLAMA_BENCH_AVX2 = BUILD_AVX2 / "bin" / "llama-bench"
+LLAMA_BATCHED_BENCH_AVX2 = BUILD_AVX2 / "bin" / "llama-batched-bench"
 AVX2_FLAGS = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
               "-DGGML_BMI2=ON", "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VBMI=OFF",
               "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
@@ -105,17 +107,19 @@ AVX2_STAMP = BUILD_AVX2 / "colibri-peers-flags.txt"
 
 
 def ensure_llama_bench_avx2() -> Path:
-    """llama-bench built for AVX2 only, in its own build tree; rebuilt when missing or built with other flags."""
+    """llama-bench (and llama-batched-bench, LLAMA_BATCHED_BENCH_AVX2) built for AVX2 only, in their own
+    build tree; rebuilt when missing or built with other flags."""
     flags = " ".join([*CMAKE_FLAGS, *AVX2_FLAGS])
-    if LLAMA_BENCH_AVX2.exists() and AVX2_STAMP.exists() and AVX2_STAMP.read_text() == flags:
+    built = LLAMA_BENCH_AVX2.exists() and LLAMA_BATCHED_BENCH_AVX2.exists()
+    if built and AVX2_STAMP.exists() and AVX2_STAMP.read_text() == flags:
         return LLAMA_BENCH_AVX2
     tree = _source_tree()
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    with step(f"llama-bench for AVX2 only (cmake, -j2) into {BUILD_AVX2}"):
+    with step(f"llama-bench and llama-batched-bench for AVX2 only (cmake, -j2) into {BUILD_AVX2}"):
         shutil.rmtree(BUILD_AVX2, ignore_errors=True)
         sh(["cmake", "-S", tree / "vendor" / "llama.cpp", "-B", BUILD_AVX2, *generator, *CMAKE_FLAGS, *AVX2_FLAGS],
            "llama-bench-avx2-install")
-        sh(["nice", "-n", "10", "cmake", "--build", BUILD_AVX2, "--target", "llama-bench", "-j2"],
+        sh(["nice", "-n", "10", "cmake", "--build", BUILD_AVX2, "--target", "llama-bench", "llama-batched-bench", "-j2"],
            "llama-bench-avx2-install")
         AVX2_STAMP.write_text(flags)
     return LLAMA_BENCH_AVX2
