@@ -682,11 +682,11 @@ static void rmsnorm(float *out, const float *x, const float *weight, int n, floa
     for (int i = 0; i < n; i++) out[i] = weight[i] * (scale * x[i]);
 }
 
-/* The engine's float vector (attention, softmax, SwiGLU): the CPU's register width, as the build targets it (-march, setup.py), so
- * that a head of NV vectors and the sixteen-lane score folds stay in registers: with AVX-512 16
- * floats, with AVX2 8 (a 16-float vector there is two registers, and the folds and the 16 score
- * accumulators went through the stack: attention was a third of an AVX2 build's prefill, issue
- * 52), else 4 (SSE, NEON). */
+/* The engine's float vector (attention, softmax, SwiGLU): the CPU's register width, as the build
+ * targets it (-march, setup.py), so that a head of NV vectors and the sixteen-lane score folds
+ * stay in registers: with AVX-512 16 floats, with AVX2 8 (a 16-float vector there is two
+ * registers, and the folds and the 16 score accumulators went through the stack: attention was a
+ * third of an AVX2 build's prefill, issue 52), else 4 (SSE, NEON). */
 #if defined(__AVX512F__)
 #define AW 16
 #elif defined(__AVX__)
@@ -867,8 +867,7 @@ static void rope(float *vec, int n_heads, int head_size, int interleaved, const 
 #if defined(__clang__) || (__GNUC__ >= 12 && !defined(COLIBRI_OLD_GCC_SHUFFLE))
 #define SHUFFLE(x, y, ...) __builtin_shufflevector(x, y, __VA_ARGS__)
 #else
-typedef int32_t ivec __attribute__((vector_size(AW * sizeof(int32_t))));
-#define SHUFFLE(x, y, ...) __builtin_shuffle(x, y, (ivec){__VA_ARGS__})
+#define SHUFFLE(x, y, ...) __builtin_shuffle(x, y, (ivec){__VA_ARGS__})  /* ivec: beside exp_vec */
 #endif
 #define FOLD(x, y, LO, HI) (SHUFFLE(x, y, LO) + SHUFFLE(x, y, HI))
 

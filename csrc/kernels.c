@@ -73,7 +73,8 @@ static inline __attribute__((always_inline)) void tile(float *out, const float *
 /* Panel rows ahead that a several-row tile asks the memory for. One row against four panels
  * reads four streams at once; rows against one panel read one, and a decode of 4 slots took half
  * the memory bandwidth of 1 slot (BF16 49152 x 576, 4 rows: 2.66 -> 2.19 ms with 64 rows ahead,
- * best of 6, 1 row 1.56 ms; 16 ahead 2.43, 256 2.14). */
+ * best of 6, 1 row 1.56 ms; 16 ahead 2.43, 32 2.30, 128 2.18, 256 2.14: past 64 the gain is within
+ * this VM's drift, and the nearer distance keeps less of the next panel waiting in cache). */
 #define TILE8_AHEAD 64
 
 /* Panel row j of panel c (from element index i) as two halves of 8 floats, columns 0-7 and 8-15;
@@ -103,7 +104,8 @@ static inline __attribute__((always_inline)) void load_halves(__m256 w[2], const
 }
 
 /* out (RB rows, CB panels from col0) = x (RB rows, n) @ panels; acc[r][2c + h] is row r's
- * 8 columns col0 + 16c + 8h .. +7. RB * CB <= 6 at every call site (literals, fully unrolled). */
+ * 8 columns col0 + 16c + 8h .. +7 (for BF16 with RB > 1, once reordered at the store: see
+ * load_halves). RB * CB <= 6 at every call site (literals, fully unrolled). */
 static inline __attribute__((always_inline)) void tile8(float *out, const float *x, const void *pan, int n, int d,
                                                       int col0, int RB, int CB, int BF) {
     __m256 acc[ROWS8][8];
@@ -242,12 +244,13 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
     }
 }
 
-/* With AVX-512 VNNI a 512-bit register takes two blocks at once (lanes 0-7 block b, 8-15
- * block b + 1); with AVX2 a 256-bit register takes one; elsewhere the portable loops below
- * compute the same sums. */
+/* The block kernels' instruction sets: with AVX-512 VNNI a 512-bit register takes two blocks at
+ * once (lanes 0-7 block b, 8-15 block b + 1: QSIMD); on the 256-bit paths (QAVX2) a register takes
+ * one block of bytes or two of nibbles; elsewhere the portable loops below compute the same sums.
+ * HAVE_AVX2 (every x86 path but portable, AVX-512 included): quantize_rows and W_Q16's tile. */
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-#define HAVE_AVX2 1  /* W_Q16 uses it on every such machine, W_Q32 only without VNNI */
+#define HAVE_AVX2 1
 #if defined(__AVX512VNNI__) && defined(__AVX512F__)
 #define QSIMD 1
 #else
@@ -279,8 +282,10 @@ static void quantize_rows(const float *x, int r0, int r1, int n, int paired, int
             const float *xb = x + blk * 32;
             int sum[2] = {0, 0};
 #ifdef HAVE_AVX2
-            /* the scalar loop's values exactly: the same max (NaN skipped alike), the same product,
-             * rounded to nearest even as nearbyintf does in the default mode */
+            /* the scalar loop's values exactly for finite inputs: the same max (NaN skipped alike),
+             * the same product, rounded to nearest even as nearbyintf does in the default mode (a
+             * NaN or infinite input, whose row's results are meaningless anyway, quantizes to -128
+             * here and 0 there) */
             __m256 v[4], m = _mm256_setzero_ps();
             for (int k = 0; k < 4; k++) {
                 v[k] = _mm256_loadu_ps(xb + 8 * k);

@@ -193,14 +193,15 @@ def tables(best: dict, paths: dict[str, Path], kernels: list[str], threads: list
                 if metric == "decode_x4" and base is None:  # llama-batched-bench not run: colibri's own 4-slot gain
                     base_note, base = "(4 slots / 1 slot)", None
                 elif metric == "decode_x4":  # beside llama.cpp's 4 sequences, each with its gain over one
-                    base_note = f"{base:.0f} ({base / cell['llama.cpp']['decode_x1']:.2f}× its 1)"
+                    one = cell["llama.cpp"].get("decode_x1")
+                    base_note = f"{base:.0f}" + (f" ({base / one:.2f}× its 1)" if one else "")
                 else:
                     base_note = f"{base:.0f}"
                 row = []
                 for k in kernels:
                     v = cell[k][metric]
                     ref = base if base is not None else cell[k]["decode"]
-                    own = f"; {v / cell[k]['decode']:.2f}× its 1 slot" if metric == "decode_x4" and ref is base else ""
+                    own = f"; {v / cell[k]['decode']:.2f}× its 1 slot" if metric == "decode_x4" and base is not None else ""
                     row.append(f"{v:.0f} ({v / ref:.2f}×{own})")
                 lines.append(f"| {f} | {t} | {metric.replace('decode_x4', 'decode, 4 slots')} | {base_note} | "
                              + " | ".join(row) + " |")
@@ -247,7 +248,8 @@ def main() -> None:
     args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": model, "flags": flags,
                                      "uptime": [before, after], "rounds": args.rounds, "engine_march": march,
                                      "llama_bench": str(args.llama_bench),
-                                     "llama_batched_bench": str(args.llama_batched) if args.batched else None, "model": "SmolLM2-135M-Instruct",
+                                     "llama_batched_bench": str(args.llama_batched) if args.batched else None,
+                                     "model": "SmolLM2-135M-Instruct",
                                      "results": best, "rounds_measured": each}, indent=1) + "\n")
     print(f"CPU: {model}; flags: {flags}\ncolibri built for -march={march} outside its kernels (COLIBRI_MARCH)\n"
           f"llama.cpp: {args.llama_bench}\nbefore: {before}\nafter:  {after}\n")

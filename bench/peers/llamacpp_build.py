@@ -119,7 +119,8 @@ def ensure_llama_bench_avx2() -> Path:
         shutil.rmtree(BUILD_AVX2, ignore_errors=True)
         sh(["cmake", "-S", tree / "vendor" / "llama.cpp", "-B", BUILD_AVX2, *generator, *CMAKE_FLAGS, *AVX2_FLAGS],
            "llama-bench-avx2-install")
-        sh(["nice", "-n", "10", "cmake", "--build", BUILD_AVX2, "--target", "llama-bench", "llama-batched-bench", "-j2"],
+        sh(["nice", "-n", "10", "cmake", "--build", BUILD_AVX2, "--target", "llama-bench", "llama-batched-bench",
+            "-j2"],
            "llama-bench-avx2-install")
         AVX2_STAMP.write_text(flags)
     return LLAMA_BENCH_AVX2
