@@ -244,10 +244,12 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
     }
 }
 
-/* The block kernels' instruction sets: with AVX-512 VNNI a 512-bit register takes two blocks at
- * once (lanes 0-7 block b, 8-15 block b + 1: QSIMD); on the 256-bit paths (QAVX2) a register takes
- * one block of bytes or two of nibbles; elsewhere the portable loops below compute the same sums.
- * HAVE_AVX2 (every x86 path but portable, AVX-512 included): quantize_rows and W_Q16's tile. */
+/* The block kernels' instruction sets: with AVX-512 VNNI a 512-bit register takes two blocks of
+ * bytes at once (lanes 0-7 block b, 8-15 block b + 1: QSIMD); on the 256-bit paths (QAVX2) a
+ * register takes one block of bytes; on both, a 256-bit register takes two blocks of nibbles
+ * (QNIBBLE8: that tile beat the 512-bit one on nibbles, see qtile); elsewhere the portable loops
+ * below compute the same sums. HAVE_AVX2 (every x86 path but portable, AVX-512 included):
+ * quantize_rows and W_Q16's tile. */
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define HAVE_AVX2 1
@@ -256,6 +258,7 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
 #else
 #define QAVX2 1
 #endif
+#define QNIBBLE8 1
 #endif
 
 /* ---- block kernels (W_Q32, W_Q16) ----
@@ -269,7 +272,7 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
  * are stored four rows interleaved, so one vector multiply gives a weight block's scale
  * products for four rows. W_Q16's min term takes the same sum per 16-value half (h).
  *
- * `paired` (the 256-bit nibble tile's inputs, QAVX2 only) stores each pair of blocks b, b + 1 (b
+ * `paired` (the 256-bit nibble tile's inputs, QNIBBLE8 only) stores each pair of blocks b, b + 1 (b
  * even) as values 0-15 of b, 0-15 of b + 1, 16-31 of b, 16-31 of b + 1: the halves that tile
  * multiplies by one register of nibbles, each one load (input_halves). A last unpaired block
  * stays in order. */
@@ -367,25 +370,17 @@ typedef struct {
 } qrow;
 
 #ifdef QSIMD
-/* Blocks b and b + 1 of a weight row as 64 unsigned bytes (b alone, upper half zero, if !two). */
-static inline __attribute__((always_inline)) __m512i qweights(const qrow *w, int b, int q4, int two) {
-    if (!q4)
-        return two ? _mm512_loadu_si512(w->q + (size_t)b * 32)
-                   : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 32)));
-    const __m256i low = _mm256_set1_epi8(0x0f);
-    __m256i x = two ? _mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 16))
-                    : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w->q + (size_t)b * 16)));
-    __m256i lo = _mm256_and_si256(x, low), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
-    /* 128-bit lanes [lo_b, lo_b+1, hi_b, hi_b+1] -> [lo_b, hi_b, lo_b+1, hi_b+1]: values 0-31 of b, then of b + 1 */
-    __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    return _mm512_shuffle_i64x2(t, t, _MM_SHUFFLE(3, 1, 2, 0));
+/* Blocks b and b + 1 of a byte-form weight row as 64 unsigned bytes (b alone, upper half zero, if !two). */
+static inline __attribute__((always_inline)) __m512i qweights(const qrow *w, int b, int two) {
+    return two ? _mm512_loadu_si512(w->q + (size_t)b * 32)
+               : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 32)));
 }
 
 /* acc[o][r] += blocks b (and b + 1 if two) of weight row o · input row r, for OB weight rows
  * and RB input rows (see qtile). */
 static inline __attribute__((always_inline)) void qblocks(__m512 acc[2][4], __m256 macc[2], const qrow *w, int b,
                                                         int two, const int8_t *aq, const float *ad, const float *ai,
-                                                        int n, int q4, int OB, int RB) {
+                                                        int n, int OB, int RB) {
     __m512i a[4];
     for (int r = 0; r < RB; r++)
         a[r] = two ? _mm512_loadu_si512(aq + (size_t)r * n + (size_t)b * 32)
@@ -395,7 +390,7 @@ static inline __attribute__((always_inline)) void qblocks(__m512 acc[2][4], __m2
     /* the same lanes of the input sums, for the min terms of four rows in one FMA (see qtile) */
     const __m256 aiv = two ? _mm256_loadu_ps(ai + (size_t)b * 4) : _mm256_zextps128_ps256(_mm_loadu_ps(ai + (size_t)b * 4));
     for (int o = 0; o < OB; o++) {
-        const __m512i wv = qweights(&w[o], b, q4, two);
+        const __m512i wv = qweights(&w[o], b, two);
         const __m256 wsv = _mm256_set_m128(_mm_set1_ps(two ? w[o].scale[b + 1] : 0.0f), _mm_set1_ps(w[o].scale[b]));
         const __m256 wmv = _mm256_set_m128(_mm_set1_ps(two ? w[o].min[b + 1] : 0.0f), _mm_set1_ps(w[o].min[b]));
         macc[o] = _mm256_fmadd_ps(wmv, aiv, macc[o]);
@@ -432,11 +427,20 @@ static inline __attribute__((always_inline)) void input_blocks(__m256i a[4], con
  * VNNI (AVX-VNNI, or AVX-512 VNNI on 256-bit registers) has a u8 x s8 -> i32 instruction; plain
  * AVX2 has not: maddubs makes int16 pair sums, which saturate past 32767, so this is exact only
  * for weights that cannot reach it (qtile_avx2 says which; the same sums either way). */
-static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a) {
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+/* acc + those sums: one instruction, no int16 step (AVX-512 VNNI's on 256-bit registers, or AVX-VNNI's). */
+static inline __attribute__((always_inline)) __m256i qdot8_acc(__m256i acc, __m256i w, __m256i a) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a);  /* one instruction, no int16 step */
-#elif defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, a);
+    return _mm256_dpbusd_epi32(acc, w, a);
+#else
+    return _mm256_dpbusd_avx_epi32(acc, w, a);
+#endif
+}
+#endif
+
+static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a) {
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+    return qdot8_acc(_mm256_setzero_si256(), w, a);
 #else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
 #endif
@@ -499,8 +503,8 @@ static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, 
 }
 #endif
 
-#ifdef QAVX2
-/* ---- the 256-bit nibble tile (W_Q32 as nibbles: Q4_0, Q4_1, Q4_K on avx2 and avxvnni) ----
+#ifdef QNIBBLE8
+/* ---- the 256-bit nibble tile (W_Q32 as nibbles: Q4_0, Q4_1, Q4_K, on every x86 path) ----
  *
  * qtile_avx2 takes one block per 256-bit register, so every (weight block, input row) pays a
  * dot product, a conversion, a scale product and an FMA: four input rows cost the tile 2.19x one
@@ -530,10 +534,10 @@ static inline __attribute__((always_inline)) __m256i input_halves(const int8_t *
  * anything from row 1, so a one-row tile (row 1 zero) gives row 0 the same sums. */
 static inline __attribute__((always_inline)) __m256i qdot_nibbles(const __m256i lo[2], const __m256i hi[2], __m256i alo,
                                                                 __m256i ahi) {
-#if defined(__AVXVNNI__)
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
     __m256i d[2];
     for (int o = 0; o < 2; o++)
-        d[o] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), lo[o], alo), hi[o], ahi);
+        d[o] = qdot8_acc(qdot8_acc(_mm256_setzero_si256(), lo[o], alo), hi[o], ahi);
     return _mm256_hadd_epi32(d[0], d[1]);
 #else
     __m256i pairs[2];
@@ -616,6 +620,9 @@ static inline __attribute__((always_inline)) void qtile_nibbles8(float *out, int
     tile_store(out, d, acc, m, OB, RB);
 }
 
+#endif
+
+#ifdef QAVX2
 /* qtile for the byte forms of W_Q32 (QF_WIDE, QF_NARROW, QF_Q8) on 256-bit registers, one block a
  * step, in the nibble tile's shape: the dot products of weight rows 0 and 1 against an input row
  * are folded into one vector (a 32-bit horizontal add) for one conversion and one FMA, whose scale
@@ -672,10 +679,17 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
                                                       int form, int OB, int RB) {
     const int q4 = form == QF_NIBBLES;
 #ifdef QSIMD
-    /* The per-output work, lane sums and min terms, is done for four rows at once (hsum8x4, macc:
+    /* Nibbles take the 256-bit tile here too: on this Xeon it ran Q4 17-20% faster than this
+     * 512-bit one, whose weights cost an unpack and two lane shuffles a block pair per row (one
+     * thread, 1 and 4 rows, 1536 x 576, 576 x 1536, 49152 x 576; BENCHMARKS.md "Night").
+     * The per-output work, lane sums and min terms, is done for four rows at once (hsum8x4, macc:
      * lanes r and 4 + r are row r's), as it would otherwise grow with the rows as fast as the dot
      * products and make four slots cost more than twice one. */
     (void)as;
+    if (q4) {
+        qtile_nibbles8(out, d, w, nb, aq, ad, ai, n, OB, RB);
+        return;
+    }
     __m512 acc[2][4];
     __m256 macc[2];
     for (int o = 0; o < OB; o++) {
@@ -683,8 +697,8 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
         for (int r = 0; r < 4; r++) acc[o][r] = _mm512_setzero_ps();
     }
     int b = 0;
-    for (; b + 2 <= nb; b += 2) qblocks(acc, macc, w, b, 1, aq, ad, ai, n, q4, OB, RB);
-    if (b < nb) qblocks(acc, macc, w, b, 0, aq, ad, ai, n, q4, OB, RB);
+    for (; b + 2 <= nb; b += 2) qblocks(acc, macc, w, b, 1, aq, ad, ai, n, OB, RB);
+    if (b < nb) qblocks(acc, macc, w, b, 0, aq, ad, ai, n, OB, RB);
     for (int o = 0; o < OB; o++) {
         __m256 halves[4];
         for (int r = 0; r < 4; r++)
@@ -771,7 +785,7 @@ void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows,
     const int half = w->kind == W_Q16, ns = half ? 2 * nb : nb;  /* scales (and mins) per weight row */
     const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
     const int par = threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK;
-#ifdef QAVX2
+#ifdef QNIBBLE8
     const int paired = q4 && !half;  /* the nibble tile's input order (quantize_rows) */
 #else
     const int paired = 0;
