@@ -509,7 +509,7 @@ static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, 
  * qtile_avx2 takes one block per 256-bit register, so every (weight block, input row) pays a
  * dot product, a conversion, a scale product and an FMA: four input rows cost the tile 2.19x one
  * row (perf, BENCHMARKS.md "Issue 52 targets"), and 4 slots missed 2x one slot. Here a register
- * holds two blocks, as the AVX-512 tile does: 32 bytes of nibbles are blocks b and b + 1, so
+ * holds two blocks, as the 512-bit byte tile does: 32 bytes of nibbles are blocks b and b + 1, so
  * their low nibbles are values 0-15 of b then of b + 1 and their high nibbles values 16-31 of
  * each, with no shuffle of the weights; the input rows are quantized in the same halves
  * (quantize_rows' paired order, one load each: input_halves). The two blocks' dot products land in

@@ -54,7 +54,7 @@ typedef struct {
 /* A block kernel's inputs quantized per 32-value block (see quantize_rows in kernels.c), in the
  * engine's scratch, sized for `rows` rows of the widest input. */
 typedef struct {
-    int8_t *aq;      /* (rows, n): the quants; for a nibble W_Q32 on the 256-bit paths, in pairs of
+    int8_t *aq;      /* (rows, n): the quants; for a nibble W_Q32 on the x86 paths, in pairs of
                       * blocks (quantize_rows' paired order) */
     float *ad;       /* (rows rounded up to 4, n/32): each block's scale, rows in fours: (r/4, block, r%4) */
     float *as;       /* (rows, n/32): each block's scale * the sum of its quants */
