@@ -108,19 +108,20 @@ static inline __attribute__((always_inline)) void load_halves(__m256 w[2], const
  * load_halves). RB * CB <= 6 at every call site (literals, fully unrolled). */
 static inline __attribute__((always_inline)) void tile8(float *out, const float *x, const void *pan, int n, int d,
                                                       int col0, int RB, int CB, int BF) {
+    const int lanes = BF && RB > 1;  /* load_halves' in-lane widening, undone at the store */
     __m256 acc[ROWS8][8];
     for (int r = 0; r < RB; r++)
         for (int k = 0; k < 2 * CB; k++) acc[r][k] = _mm256_setzero_ps();
     for (int j = 0; j < n; j++) {
         __m256 w[8];  /* the step's 2 * CB weight halves, then one input broadcast at a time */
         if (RB > 1) __builtin_prefetch((const char *)pan + (size_t)(j + TILE8_AHEAD) * PANEL * (BF ? 2 : 4));
-        for (int c = 0; c < CB; c++) load_halves(w + 2 * c, pan, ((size_t)c * n + j) * PANEL, BF, RB > 1);
+        for (int c = 0; c < CB; c++) load_halves(w + 2 * c, pan, ((size_t)c * n + j) * PANEL, BF, lanes);
         for (int r = 0; r < RB; r++) {
             const __m256 xr = _mm256_broadcast_ss(x + (size_t)r * n + j);
             for (int k = 0; k < 2 * CB; k++) acc[r][k] = _mm256_fmadd_ps(w[k], xr, acc[r][k]);
         }
     }
-    if (BF && RB > 1)  /* load_halves' lanes order: columns (0-3, 8-11), (4-7, 12-15) -> 0-7, 8-15 */
+    if (lanes)  /* columns (0-3, 8-11), (4-7, 12-15) -> 0-7, 8-15 */
         for (int r = 0; r < RB; r++)
             for (int c = 0; c < CB; c++) {
                 const __m256 a = acc[r][2 * c], b = acc[r][2 * c + 1];
@@ -247,9 +248,9 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
 /* The block kernels' instruction sets: with AVX-512 VNNI a 512-bit register takes two blocks of
  * bytes at once (lanes 0-7 block b, 8-15 block b + 1: QSIMD); on the 256-bit paths (QAVX2) a
  * register takes one block of bytes; on both, a 256-bit register takes two blocks of nibbles
- * (QNIBBLE8: that tile beat the 512-bit one on nibbles, see qtile); elsewhere the portable loops
+ * (that tile beat the 512-bit one on nibbles, see qtile); elsewhere the portable loops
  * below compute the same sums. HAVE_AVX2 (every x86 path but portable, AVX-512 included):
- * quantize_rows and W_Q16's tile. */
+ * quantize_rows, the nibble tile and W_Q16's tile. */
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define HAVE_AVX2 1
@@ -258,7 +259,6 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
 #else
 #define QAVX2 1
 #endif
-#define QNIBBLE8 1
 #endif
 
 /* ---- block kernels (W_Q32, W_Q16) ----
@@ -272,7 +272,7 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
  * are stored four rows interleaved, so one vector multiply gives a weight block's scale
  * products for four rows. W_Q16's min term takes the same sum per 16-value half (h).
  *
- * `paired` (the 256-bit nibble tile's inputs, QNIBBLE8 only) stores each pair of blocks b, b + 1 (b
+ * `paired` (the 256-bit nibble tile's inputs, HAVE_AVX2 only) stores each pair of blocks b, b + 1 (b
  * even) as values 0-15 of b, 0-15 of b + 1, 16-31 of b, 16-31 of b + 1: the halves that tile
  * multiplies by one register of nibbles, each one load (input_halves). A last unpaired block
  * stays in order. */
@@ -428,6 +428,12 @@ static inline __attribute__((always_inline)) void input_blocks(__m256i a[4], con
  * AVX2 has not: maddubs makes int16 pair sums, which saturate past 32767, so this is exact only
  * for weights that cannot reach it (qtile_avx2 says which; the same sums either way). */
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#define QDOT_EXACT 1  /* qdot8 is one u8 x s8 -> i32 instruction: no byte can saturate it */
+#else
+#define QDOT_EXACT 0
+#endif
+
+#if QDOT_EXACT
 /* acc + those sums: one instruction, no int16 step (AVX-512 VNNI's on 256-bit registers, or AVX-VNNI's). */
 static inline __attribute__((always_inline)) __m256i qdot8_acc(__m256i acc, __m256i w, __m256i a) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -439,7 +445,7 @@ static inline __attribute__((always_inline)) __m256i qdot8_acc(__m256i acc, __m2
 #endif
 
 static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a) {
-#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#if QDOT_EXACT
     return qdot8_acc(_mm256_setzero_si256(), w, a);
 #else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
@@ -452,12 +458,6 @@ static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a)
 enum { QF_WIDE, QF_NIBBLES, QF_NARROW, QF_Q8 };
 
 #ifdef HAVE_AVX2
-#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
-#define QDOT_EXACT 1  /* qdot8 is one u8 x s8 -> i32 instruction: no byte can saturate it */
-#else
-#define QDOT_EXACT 0
-#endif
-
 /* The AVX2 tile (see qtile) for W_Q32 (half = 0: a scale and min per block, input sums per
  * block) and W_Q16 (half = 1: per 16 values, input sums per half block). A block's 32 products
  * land in eight int32 lanes, lanes 0-3 from values 0-15, so one vector holding each half's scale
@@ -503,7 +503,7 @@ static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, 
 }
 #endif
 
-#ifdef QNIBBLE8
+#ifdef HAVE_AVX2
 /* ---- the 256-bit nibble tile (W_Q32 as nibbles: Q4_0, Q4_1, Q4_K, on every x86 path) ----
  *
  * qtile_avx2 takes one block per 256-bit register, so every (weight block, input row) pays a
@@ -534,7 +534,7 @@ static inline __attribute__((always_inline)) __m256i input_halves(const int8_t *
  * anything from row 1, so a one-row tile (row 1 zero) gives row 0 the same sums. */
 static inline __attribute__((always_inline)) __m256i qdot_nibbles(const __m256i lo[2], const __m256i hi[2], __m256i alo,
                                                                 __m256i ahi) {
-#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+#if QDOT_EXACT
     __m256i d[2];
     for (int o = 0; o < 2; o++)
         d[o] = qdot8_acc(qdot8_acc(_mm256_setzero_si256(), lo[o], alo), hi[o], ahi);
@@ -785,7 +785,7 @@ void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows,
     const int half = w->kind == W_Q16, ns = half ? 2 * nb : nb;  /* scales (and mins) per weight row */
     const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
     const int par = threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK;
-#ifdef QNIBBLE8
+#ifdef HAVE_AVX2
     const int paired = q4 && !half;  /* the nibble tile's input order (quantize_rows) */
 #else
     const int paired = 0;
