@@ -409,24 +409,15 @@ static inline __attribute__((always_inline)) void qblocks(__m512 acc[2][4], __m2
 /* Block b of a weight row as 32 unsigned bytes, values 0-31 in order. */
 static inline __attribute__((always_inline)) __m256i qweights8(const qrow *w, int b, int q4) {
     if (!q4) return _mm256_loadu_si256((const __m256i *)(w->q + (size_t)b * 32));
-    const __m128i x = _mm_loadu_si128((const __m128i *)(w->q + (size_t)b * 16)), low = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), low), _mm_and_si128(x, low));
-}
-
-static inline __attribute__((always_inline)) void zero_tile(__m256 acc[2][4], int OB, int RB) {
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) acc[o][r] = _mm256_setzero_ps();
-}
-
-/* Block b of RB quantized input rows (row stride n). */
-static inline __attribute__((always_inline)) void input_blocks(__m256i a[4], const int8_t *aq, int n, int b, int RB) {
-    for (int r = 0; r < RB; r++) a[r] = _mm256_loadu_si256((const __m256i *)(aq + (size_t)r * n + (size_t)b * 32));
+    /* the 16 bytes in both halves (a load, no shuffle), the upper half shifted by a nibble */
+    const __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w->q + (size_t)b * 16)));
+    return _mm256_and_si256(_mm256_srlv_epi32(x, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0f));
 }
 
 /* Σ_j w_j a_j over one block as eight int32 partial sums (w unsigned bytes, a int8).
  * VNNI (AVX-VNNI, or AVX-512 VNNI on 256-bit registers) has a u8 x s8 -> i32 instruction; plain
  * AVX2 has not: maddubs makes int16 pair sums, which saturate past 32767, so this is exact only
- * for weights that cannot reach it (qtile_avx2 says which; the same sums either way). */
+ * for weights that cannot reach it (qtile_bytes8 says which; the same sums either way). */
 #if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
 #define QDOT_EXACT 1  /* qdot8 is one u8 x s8 -> i32 instruction: no byte can saturate it */
 #else
@@ -458,57 +449,11 @@ static inline __attribute__((always_inline)) __m256i qdot8(__m256i w, __m256i a)
 enum { QF_WIDE, QF_NIBBLES, QF_NARROW, QF_Q8 };
 
 #ifdef HAVE_AVX2
-/* The AVX2 tile (see qtile) for W_Q32 (half = 0: a scale and min per block, input sums per
- * block) and W_Q16 (half = 1: per 16 values, input sums per half block). A block's 32 products
- * land in eight int32 lanes, lanes 0-3 from values 0-15, so one vector holding each half's scale
- * applies both; its product with the input block's scale is one vector multiply of two
- * broadcasts (the same float product per lane as a scalar one: the sums do not change). Weights
- * below 64 take one 16-bit pass, and on the VNNI paths every byte does. Without VNNI, QF_WIDE
- * bytes (Q8_0's int8 + 128) could saturate it: q - 128 is multiplied instead, its magnitude
- * against the input with its sign moved onto the input (at most 128 x 127 x 2), and the 128 Σa
- * left out is added at the end as 128 Σ scale (scale_a Σa) over the blocks or halves. */
-static inline __attribute__((always_inline)) void qtile_avx2(float *out, int d, const qrow *w, int nb,
-                                                           const int8_t *aq, const float *ad, const float *sums, int n,
-                                                           int form, int half, int OB, int RB) {
-    const int ns = half ? 2 * nb : nb;  /* scales, mins and input sums per row */
-    /* QF_Q8 (every part Q8_0) takes the sign trick on every path: its min term, -128 x scale, and
-     * the 128 Σa the trick leaves out cancel exactly, so neither is computed */
-    const int sign_trick = form == QF_Q8 || (form == QF_WIDE && !QDOT_EXACT);
-    __m256 acc[2][4];
-    zero_tile(acc, OB, RB);
-    for (int b = 0; b < nb; b++) {
-        __m256i a[4];
-        __m256 x[4];
-        input_blocks(a, aq, n, b, RB);
-        for (int r = 0; r < RB; r++) x[r] = _mm256_broadcast_ss(ad + (size_t)b * 4 + r);
-        for (int o = 0; o < OB; o++) {
-            const __m256i wv = qweights8(&w[o], b, form == QF_NIBBLES);
-            const __m256i ws = _mm256_xor_si256(wv, _mm256_set1_epi8((char)0x80)), wabs = _mm256_abs_epi8(ws);
-            const __m256 sv = half ? _mm256_set_m128(_mm_broadcast_ss(w[o].scale + 2 * b + 1),
-                                                     _mm_broadcast_ss(w[o].scale + 2 * b))
-                                   : _mm256_broadcast_ss(w[o].scale + b);
-            for (int r = 0; r < RB; r++) {
-                const __m256i dot = sign_trick ? qdot8(wabs, _mm256_sign_epi8(a[r], ws)) : qdot8(wv, a[r]);
-                acc[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(sv, x[r]), acc[o][r]);
-            }
-        }
-    }
-    for (int o = 0; o < OB; o++)
-        for (int r = 0; r < RB; r++) {
-            float t = hsum8(acc[o][r]);
-            if (form != QF_Q8) t += min_term(w[o].min, sums + (size_t)r * ns, ns);
-            if (sign_trick && form != QF_Q8) t += 128.0f * min_term(w[o].scale, sums + (size_t)r * ns, ns);
-            out[o + (size_t)r * d] = t;
-        }
-}
-#endif
-
-#ifdef HAVE_AVX2
 /* ---- the 256-bit nibble tile (W_Q32 as nibbles: Q4_0, Q4_1, Q4_K, on every x86 path) ----
  *
- * qtile_avx2 takes one block per 256-bit register, so every (weight block, input row) pays a
- * dot product, a conversion, a scale product and an FMA: four input rows cost the tile 2.19x one
- * row (perf, BENCHMARKS.md "Issue 52 targets"), and 4 slots missed 2x one slot. Here a register
+ * A tile of one block per 256-bit register and one weight row per vector made every (weight
+ * block, input row) pay a dot product, a conversion, a scale product and an FMA: four input rows
+ * cost it 2.19x one row (perf, BENCHMARKS.md "Issue 52 targets"), and 4 slots missed 2x one slot. Here a register
  * holds two blocks, as the 512-bit byte tile does: 32 bytes of nibbles are blocks b and b + 1, so
  * their low nibbles are values 0-15 of b then of b + 1 and their high nibbles values 16-31 of
  * each, with no shuffle of the weights; the input rows are quantized in the same halves
@@ -622,35 +567,49 @@ static inline __attribute__((always_inline)) void qtile_nibbles8(float *out, int
 
 #endif
 
-#ifdef QAVX2
-/* qtile for the byte forms of W_Q32 (QF_WIDE, QF_NARROW, QF_Q8) on 256-bit registers, one block a
- * step, in the nibble tile's shape: the dot products of weight rows 0 and 1 against an input row
- * are folded into one vector (a 32-bit horizontal add) for one conversion and one FMA, whose scale
- * products are picked per row from two multiplies (pick_row); the min terms of four rows are one
- * FMA a block into macc (lane r: row r). With VNNI every form takes its u8 x s8 dot exactly, Q8_0's
- * -128 x scale min included; without it QF_WIDE and QF_Q8 take qtile_avx2's sign trick, whose
- * 128 Σa is folded into the min (min + 128 scale; for Q8_0 the two cancel and neither is computed). */
+#ifdef HAVE_AVX2
+/* qtile on 256-bit registers, one block a step, in the nibble tile's shape, for the byte forms of
+ * W_Q32 (QF_WIDE, QF_NARROW, QF_Q8; half = 0) and every form of W_Q16 (half = 1): the dot products
+ * of weight rows 0 and 1 against an input row are folded into one vector (a 32-bit horizontal
+ * add) for one conversion and one FMA, whose scale products are picked per row from two
+ * multiplies (pick_row). A block's products land in lanes 0, 1 (row 0) and 2, 3 (row 1) from
+ * values 0-15, and 4-7 likewise from values 16-31, so W_Q16's two scales a block are one vector
+ * [lo x 4 | hi x 4] per weight row. W_Q32's min terms of four rows are one FMA a block into macc
+ * (lane r: row r); W_Q16's, a min per half block against half-block input sums, are summed per
+ * output at the end (min_term). With VNNI every form takes its u8 x s8 dot exactly, Q8_0's -128 x
+ * scale min included; without it QF_WIDE and QF_Q8 bytes (Q8_0's int8 + 128) could
+ * saturate maddubs's 16-bit pair sums, so they take the sign trick: q - 128 is multiplied instead,
+ * its magnitude against the input with its sign moved onto the input (at most 128 x 127 x 2), and
+ * the 128 Σa left out is folded into the min (min + 128 scale; for Q8_0 the two cancel and neither
+ * is computed). W_Q16 had a tile of its own, one weight row per vector (a conversion, a product
+ * and an FMA per weight row and input row): four rows cost it 2.5-2.95x one row on plain AVX2
+ * against 2.1-2.4x here (bench/kernels/tile_rows.c). */
 static inline __attribute__((always_inline)) void qtile_bytes8(float *out, int d, const qrow *w, int nb,
-                                                             const int8_t *aq, const float *ad, const float *ai, int n,
-                                                             int form, int OB, int RB) {
+                                                             const int8_t *aq, const float *ad, const float *ai,
+                                                             const float *ah, int n, int form, int half, int OB,
+                                                             int RB) {
     const int sign_trick = !QDOT_EXACT && (form == QF_Q8 || form == QF_WIDE);
-    const int min_terms = !(sign_trick && form == QF_Q8);
+    const int min_terms = !half && !(sign_trick && form == QF_Q8);
     __m256 acc[4];
     __m128 macc[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
     for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const __m128 ai4 = _mm_loadu_ps(ai + (size_t)b * 4);
         const __m256 ad8 = _mm256_broadcast_ps((const __m128 *)(ad + (size_t)b * 4));  /* lane r, 4 + r: row r's */
         __m256i wv[2], ws[2], wabs[2];
         __m256 prod[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int o = 0; o < 2; o++) wv[o] = ws[o] = wabs[o] = _mm256_setzero_si256();  /* a missing row 1: zero sums */
         for (int o = 0; o < OB; o++) {
-            wv[o] = qweights8(&w[o], b, 0);
-            ws[o] = _mm256_xor_si256(wv[o], _mm256_set1_epi8((char)0x80));
-            wabs[o] = _mm256_abs_epi8(ws[o]);
-            const __m128 sw = _mm_set1_ps(w[o].scale[b]);
-            prod[o] = _mm256_mul_ps(_mm256_set1_ps(w[o].scale[b]), ad8);
+            wv[o] = qweights8(&w[o], b, form == QF_NIBBLES);
+            if (sign_trick) {
+                ws[o] = _mm256_xor_si256(wv[o], _mm256_set1_epi8((char)0x80));
+                wabs[o] = _mm256_abs_epi8(ws[o]);
+            }
+            const __m256 sv = half ? _mm256_set_m128(_mm_broadcast_ss(w[o].scale + 2 * b + 1),
+                                                     _mm_broadcast_ss(w[o].scale + 2 * b))
+                                   : _mm256_broadcast_ss(w[o].scale + b);
+            prod[o] = _mm256_mul_ps(sv, ad8);
             if (min_terms) {
+                const __m128 sw = _mm_set1_ps(w[o].scale[b]), ai4 = _mm_loadu_ps(ai + (size_t)b * 4);
                 const __m128 mv = sign_trick ? _mm_fmadd_ps(_mm_set1_ps(128.0f), sw, _mm_set1_ps(w[o].min[b]))
                                              : _mm_set1_ps(w[o].min[b]);
                 macc[o] = _mm_fmadd_ps(mv, ai4, macc[o]);
@@ -664,6 +623,16 @@ static inline __attribute__((always_inline)) void qtile_bytes8(float *out, int d
             acc[r] = _mm256_fmadd_ps(p, pick_row(prod[0], prod[1], r), acc[r]);
         }
     }
+    if (half)
+        for (int o = 0; o < OB; o++) {
+            float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int r = 0; r < RB; r++) {
+                const float *h = ah + (size_t)r * 2 * nb;
+                m[r] = min_term(w[o].min, h, 2 * nb);
+                if (sign_trick) m[r] += 128.0f * min_term(w[o].scale, h, 2 * nb);
+            }
+            macc[o] = _mm_loadu_ps(m);
+        }
     tile_store(out, d, acc, macc, OB, RB);
 }
 #endif
@@ -713,7 +682,7 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
     if (q4)
         qtile_nibbles8(out, d, w, nb, aq, ad, ai, n, OB, RB);
     else
-        qtile_bytes8(out, d, w, nb, aq, ad, ai, n, form, OB, RB);
+        qtile_bytes8(out, d, w, nb, aq, ad, ai, NULL, n, form, 0, OB, RB);
 #else
     (void)ai;
     for (int o = 0; o < OB; o++)
@@ -742,7 +711,7 @@ static inline __attribute__((always_inline)) void qtile16(float *out, int d, con
                                                         int form, int OB, int RB) {
     (void)ai;  /* the W_Q32 nibble tile's; W_Q16's min term takes half-block sums */
 #ifdef HAVE_AVX2
-    qtile_avx2(out, d, w, nb, aq, ad, ah, n, form, 1, OB, RB);
+    qtile_bytes8(out, d, w, nb, aq, ad, ai, ah, n, form, 1, OB, RB);
 #else
     const int q4 = form == QF_NIBBLES;
     for (int o = 0; o < OB; o++)

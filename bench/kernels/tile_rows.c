@@ -63,17 +63,20 @@ static void run_panel(void *ctx, float *out, const float *x, int rows) {
     p->fn(out, x, p->w, rows, 1);
 }
 
-/* A W_Q32 matrix: form 0 nibbles (Q4_1), 1 Q8_0, 2 bytes of any value (Q5_1-like), 3 bytes < 64. */
+/* A block matrix: forms 0-3 W_Q32, 0 nibbles (Q4_1), 1 Q8_0, 2 bytes of any value (Q5_1-like), 3 bytes
+ * < 64 (Q5_0); forms 4-5 W_Q16 (a scale and min per 16 values), 4 nibbles (Q2_K, Q3_K), 5 bytes < 64
+ * (Q6_K). */
 static int block_case(block_fn fn, int form, int d, int n, int calls) {
-    static const char *names[] = {"Q4 nibbles", "Q8_0", "wide bytes", "narrow bytes"};
-    const int nb = n / 32;
-    const size_t qbytes = (size_t)d * nb * (form == 0 ? 16 : 32);
-    matrix w = {.kind = W_Q32, .n = n, .d = d, .nibbles = form == 0, .q8 = form == 1, .narrow = form == 3};
+    static const char *names[] = {"Q4 nibbles", "Q8_0", "wide bytes", "narrow bytes", "Q16 nibbles", "Q16 narrow"};
+    const int nb = n / 32, half = form >= 4, nibbles = form == 0 || form == 4, ns = d * nb * (half ? 2 : 1);
+    const size_t qbytes = (size_t)d * nb * (nibbles ? 16 : 32);
+    matrix w = {.kind = half ? W_Q16 : W_Q32, .n = n, .d = d, .nibbles = nibbles, .q8 = form == 1,
+                .narrow = form == 3 || form == 5};
     unsigned char *q = malloc(qbytes);
-    w.scale = malloc(sizeof(float) * d * nb);
-    w.min = malloc(sizeof(float) * d * nb);
-    for (size_t i = 0; i < qbytes; i++) q[i] = (unsigned char)(rand() & (form == 3 ? 63 : 255));
-    for (int i = 0; i < d * nb; i++) {
+    w.scale = malloc(sizeof(float) * ns);
+    w.min = malloc(sizeof(float) * ns);
+    for (size_t i = 0; i < qbytes; i++) q[i] = (unsigned char)(rand() & (form == 3 || form == 5 ? 63 : 255));
+    for (int i = 0; i < ns; i++) {
         w.scale[i] = 0.0001f * (float)(1 + rand() % 100);
         w.min[i] = form == 1 ? -128.0f * w.scale[i] : -0.0005f * (float)(rand() % 100);
     }
@@ -159,6 +162,11 @@ int main(int argc, char **argv) {
     ok &= block_case(block, 1, 8192, 576, calls / 4 + 1);
     ok &= block_case(block, 2, 1536, 576, calls);
     ok &= block_case(block, 3, 1536, 576, calls);
+    /* W_Q16: Q3_K or Q2_K down projections (the SmolLM2 Q2_K files), Q6_K in a Q4_K_M file, and a
+     * Q6_K output projection (a Q4_K_M Llama's) */
+    ok &= block_case(block, 4, 576, 1536, calls);
+    ok &= block_case(block, 5, 576, 1536, calls);
+    ok &= block_case(block, 5, 8192, 576, calls / 4 + 1);
     ok &= panel_case(panel, 1536, 576, calls);
     ok &= panel_case(panel, 576, 1536, calls);
     return ok ? 0 : 1;
