@@ -248,9 +248,9 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
 /* The block kernels' instruction sets: with AVX-512 VNNI a 512-bit register takes two blocks of
  * bytes at once (lanes 0-7 block b, 8-15 block b + 1: QSIMD); on the 256-bit paths (QAVX2) a
  * register takes one block of bytes; on both, a 256-bit register takes two blocks of nibbles
- * (that tile beat the 512-bit one on nibbles, see qtile); elsewhere the portable loops
- * below compute the same sums. HAVE_AVX2 (every x86 path but portable, AVX-512 included):
- * quantize_rows, the nibble tile and W_Q16's tile. */
+ * (that tile beat the 512-bit one on nibbles, see qtile) and one block of any W_Q16 form;
+ * elsewhere the portable loops below compute the same sums. HAVE_AVX2 (every x86 path but
+ * portable, AVX-512 included): quantize_rows, the nibble tile and the byte tile. */
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define HAVE_AVX2 1
@@ -709,10 +709,10 @@ static inline __attribute__((always_inline)) void qtile(float *out, int d, const
 static inline __attribute__((always_inline)) void qtile16(float *out, int d, const qrow *w, int nb, const int8_t *aq,
                                                         const float *ad, const float *ah, const float *ai, int n,
                                                         int form, int OB, int RB) {
-    (void)ai;  /* the W_Q32 nibble tile's; W_Q16's min term takes half-block sums */
 #ifdef HAVE_AVX2
     qtile_bytes8(out, d, w, nb, aq, ad, ai, ah, n, form, 1, OB, RB);
 #else
+    (void)ai;  /* the W_Q32 tiles'; W_Q16's min term takes half-block sums */
     const int q4 = form == QF_NIBBLES;
     for (int o = 0; o < OB; o++)
         for (int r = 0; r < RB; r++) {

@@ -33,7 +33,8 @@ static inline vec16 load16(const float *p) { vec16 v; memcpy(&v, p, sizeof v); r
  *
  * W_Q16 is W_Q32 with a scale and min per 16 values (two per block), for Q6_K, Q3_K and Q2_K,
  * whose scales change every 16 values (unpack_halves), alone or fused with other block types
- * (a Q4_K_M file's q, k in Q4_K beside v in Q6_K); its kernel is qtile16.
+ * (a Q4_K_M file's q, k in Q4_K beside v in Q6_K); its kernel is qtile16 (on x86, the byte tile
+ * qtile_bytes8 with two scales a block).
  *
  * Either keeps its quants as nibbles when every part fits in 4 bits (Q4_0, Q4_1, Q4_K, Q3_K,
  * Q2_K), 16 bytes a block, byte j holding value j low and value j + 16 high; else a byte per

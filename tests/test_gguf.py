@@ -324,7 +324,7 @@ def test_k_mixes_stay_quantized_within_the_block_error(tmp_path, name):
 
 def test_q8_0_fused_with_q6_k_matches_the_block_rounded_reference(tmp_path):
     """q and k in Q8_0 beside v in Q6_K: a W_Q16 matrix holding full bytes, which the AVX2 kernel
-    multiplies as signed bytes (qtile_avx2, QF_WIDE) with the correction per half block."""
+    multiplies as signed bytes (qtile_bytes8, QF_WIDE) with the correction per half block."""
     path, ref_dir = write_k_gguf(tmp_path, Q.Q8_0, mix={"v_proj.weight": Q.Q6_K})
     assert Model(path).gguf.tensor_types == {"Q8_0": 13, "F32": 5, "Q6_K": 2}
     assert_block_rounded(Model(path).engine(1, 2), ReferenceLlama(ref_dir))

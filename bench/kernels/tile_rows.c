@@ -10,8 +10,8 @@
  * in a batch of four (bit for bit).
  *
  *     gcc -O3 -march=x86-64-v3 -fopenmp -std=c11 -ffp-contract=fast -w -I CSRC \
- *         bench/kernels/tile_rows.c CSRC/kernels_{avx2,avxvnni,portable}.c -lm -o /tmp/tile_rows
- *     /tmp/tile_rows [avx2|avxvnni] [calls]
+ *         bench/kernels/tile_rows.c CSRC/kernels_{avx2,avxvnni,avx512vnni,portable}.c -lm -o /tmp/tile_rows
+ *     /tmp/tile_rows [avx2|avxvnni|avx512vnni] [calls]
  *
  * CSRC is a checkout's csrc folder: build it from two checkouts and run them in turn to compare
  * kernels before and after a change (this VM's speed drifts, so alternate and read ratios).
@@ -64,10 +64,10 @@ static void run_panel(void *ctx, float *out, const float *x, int rows) {
 }
 
 /* A block matrix: forms 0-3 W_Q32, 0 nibbles (Q4_1), 1 Q8_0, 2 bytes of any value (Q5_1-like), 3 bytes
- * < 64 (Q5_0); forms 4-5 W_Q16 (a scale and min per 16 values), 4 nibbles (Q2_K, Q3_K), 5 bytes < 64
- * (Q6_K). */
+ * < 64 (Q5_0); forms 4-6 W_Q16 (a scale and min per 16 values), 4 nibbles (Q2_K, Q3_K), 5 bytes < 64
+ * (Q6_K), 6 bytes of any value (Q8_0 fused with Q6_K: the sign trick without VNNI). */
 static int block_case(block_fn fn, int form, int d, int n, int calls) {
-    static const char *names[] = {"Q4 nibbles", "Q8_0", "wide bytes", "narrow bytes", "Q16 nibbles", "Q16 narrow"};
+    static const char *names[] = {"Q4 nibbles", "Q8_0", "wide bytes", "narrow bytes", "Q16 nibbles", "Q16 narrow", "Q16 wide"};
     const int nb = n / 32, half = form >= 4, nibbles = form == 0 || form == 4, ns = d * nb * (half ? 2 : 1);
     const size_t qbytes = (size_t)d * nb * (nibbles ? 16 : 32);
     matrix w = {.kind = half ? W_Q16 : W_Q32, .n = n, .d = d, .nibbles = nibbles, .q8 = form == 1,
@@ -148,8 +148,14 @@ int main(int argc, char **argv) {
             return 2;
         }
         block = block_matmul_avxvnni, panel = panel_matmul_avxvnni;
+    } else if (!strcmp(path, "avx512vnni")) {
+        if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512vl")) {
+            fprintf(stderr, "this CPU has no AVX-512 VNNI\n");
+            return 2;
+        }
+        block = block_matmul_avx512vnni, panel = panel_matmul_avx512vnni;
     } else if (strcmp(path, "avx2")) {
-        fprintf(stderr, "usage: %s [avx2|avxvnni] [calls]\n", argv[0]);
+        fprintf(stderr, "usage: %s [avx2|avxvnni|avx512vnni] [calls]\n", argv[0]);
         return 2;
     }
     srand(1);
@@ -167,6 +173,7 @@ int main(int argc, char **argv) {
     ok &= block_case(block, 4, 576, 1536, calls);
     ok &= block_case(block, 5, 576, 1536, calls);
     ok &= block_case(block, 5, 8192, 576, calls / 4 + 1);
+    ok &= block_case(block, 6, 576, 1536, calls);
     ok &= panel_case(panel, 1536, 576, calls);
     ok &= panel_case(panel, 576, 1536, calls);
     return ok ? 0 : 1;
