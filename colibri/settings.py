@@ -118,7 +118,9 @@ class Settings:
         "may use). Its threads sleep at the barrier that ends each matmul instead of spinning (OMP_WAIT_POLICY=passive "
         "unless you set it), so all cores serve best on a shared machine too: on 2 cores already loaded by other work, "
         "2 sleeping threads decoded 24-56 tok/s beside 0-2 busy-looping processes, 1 thread 6-25, 2 spinning threads "
-        "(libgomp's default) 0.3-0.7 (bench/contention.py); give fewer to leave cores to other work")
+        "(libgomp's default) 0.3-0.7 (bench/contention.py); give fewer to leave cores to other work. On a machine "
+        "the server has to itself, OMP_WAIT_POLICY=active is faster (2 threads, idle: 371 against 261 tok/s) but loses "
+        "4-6x as soon as other processes take the cores (BENCHMARKS.md, run C4)")
     keepalive_seconds: float = setting(10.0, "--keepalive", "COLI_KEEPALIVE",
                                        "seconds of stream silence before a keepalive is sent", vector=True)
     idle_timeout: int = setting(
