@@ -43,8 +43,8 @@ def extensions() -> list:
     ext = Extension(
         "colibri._engine",
         # the matmul kernels once per instruction set (csrc/kernels.h), picked at load
-        sources=["pyx/engine.pyx", "csrc/engine.c", *(f"csrc/kernels_{p}.c" for p in KERNEL_PATHS)],
-        depends=["csrc/engine.h", "csrc/kernels.h", "csrc/kernels.c", "pyx/cengine.pxd"],  # shipped in the sdist too
+        sources=["pyx/engine.pyx", "csrc/engine.c", "csrc/pool.c", *(f"csrc/kernels_{p}.c" for p in KERNEL_PATHS)],
+        depends=["csrc/engine.h", "csrc/kernels.h", "csrc/pool.h", "csrc/kernels.c", "pyx/cengine.pxd"],  # shipped in the sdist too
         include_dirs=["csrc", "pyx", numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"), ("COLIBRI_MARCH", f'"{MARCH}"')],
         extra_compile_args=["-O3", f"-march={MARCH}", "-fopenmp", "-std=c11", "-ffp-contract=fast"],

@@ -8,8 +8,8 @@ hits every engine alike:
 
 - colibri's engine in a fresh process on the SmolLM2 Q4_1 GGUF: `--tokens` greedy decode steps
   after a one-token prefill, stopped early after `--budget` seconds (tok/s either way);
-- with `--spin`, the same with OMP_WAIT_POLICY=active (libgomp's spinning barriers: the engine
-  before issue 52), to show what the default avoids;
+- with `--spin`, the same with COLIBRI_SPIN_US=1000000 (waits that always spin, as libgomp's
+  default barriers did before issue 52), to show what the default avoids;
 - llama.cpp `llama-bench -p 0 -n TOKENS -t T -r 1` on the same file (stopped after 6x the budget:
   then the figure is the tokens over the time waited, an upper bound).
 
@@ -44,7 +44,7 @@ def usable_cores() -> int:
 def colibri(path: Path, threads: int, tokens: int, budget: float, spin: bool) -> float:
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     if spin:
-        env["OMP_WAIT_POLICY"] = "active"
+        env["COLIBRI_SPIN_US"] = "1000000"
     out = subprocess.run([sys.executable, __file__, "--child", str(path), str(threads), str(tokens), str(budget)],
                          check=True, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     return float(out.stdout.strip().splitlines()[-1])
@@ -142,7 +142,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds (best is kept; default 2)")
     ap.add_argument("--tokens", type=int, default=64, help="decode steps per measurement (default 64)")
     ap.add_argument("--budget", type=float, default=10.0, help="seconds after which colibri's decode stops early")
-    ap.add_argument("--spin", action="store_true", help="also measure colibri with libgomp's spinning barriers")
+    ap.add_argument("--spin", action="store_true", help="also measure colibri with waits that always spin "
+                    "(COLIBRI_SPIN_US=1000000)")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "contention.json")
     args = ap.parse_args()
     ensure_llama_server()

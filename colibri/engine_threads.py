@@ -1,61 +1,50 @@
-"""How the C engine's OpenMP threads wait between steps, and how many of them it uses (issue 52).
+"""How the C engine's threads wait between parallel loops, and how many of them it uses (issue 52).
 
-The engine splits every matmul and the attention of each layer over its threads: a decode step
-of SmolLM2-135M is about 150 parallel regions, each ending in a barrier. libgomp's default is to
-spin at a barrier (up to 300000 polls) before sleeping. On a machine where other work keeps the
-cores busy, a spinning thread holds a core the descheduled thread it waits for needs, and never
-sleeps long enough to earn the scheduler's wake-up preference. Measured on 2 cores shared with
-other work (load average ~20), beside 0, 1 and 2 busy-looping processes: 2 spinning threads decoded
-0.3-0.7 tok/s, one thread 6-25, two sleeping ("passive") threads 24-56 (bench/contention.py,
-BENCHMARKS.md). So the engine's threads wait passively unless the user's own OMP_WAIT_POLICY or
-GOMP_SPINCOUNT says otherwise.
+The engine splits every matmul and each layer's attention over a team of threads of its own
+(csrc/pool.c): a decode step of SmolLM2-135M is about 150 such loops, each ending in a wait. How
+those waits are spent decides two things at once (BENCHMARKS.md, "Late night" and "Decode beside
+busy cores"):
 
-libgomp reads its environment once, when it is loaded: the first import of colibri._engine.
-`load_engine_module` sets the policy just for that import and restores the environment after, so
-child processes (a llama.cpp peer, a test server) keep their own defaults.
+- sleeping at once (libgomp's OMP_WAIT_POLICY=passive, which the engine used before its own team)
+  costs a wake-up per loop, about 7 us on this project's VM: 2 threads decoded 256-263 tok/s where
+  spinning ones reached 356-376;
+- spinning holds a core that, when other work keeps the cores busy, the descheduled thread being
+  waited for needs: libgomp's spinning threads fell to 0.3-0.7 tok/s on a loaded machine and lost
+  4-6x beside one or two busy loops, and no fixed spin count avoided both.
+
+So a wait spins for up to COLIBRI_SPIN_US microseconds (default 50) and then sleeps, and once a spin
+has outlasted that budget the next 64 waits sleep at once: on free cores the waits end while
+spinning, on busy ones the team behaves as if passive. COLIBRI_SPIN_US=0 always sleeps. The engine
+reads it when it is loaded.
 """
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 from types import ModuleType
 
-WAIT_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-DEFAULT_POLICY = "PASSIVE"
-
-_wait_note = ""
-
-
-def _libgomp_loaded() -> bool:
-    try:
-        return "libgomp" in Path("/proc/self/maps").read_text()
-    except OSError:  # not Linux: no way to tell; the policy below still applies if it is not loaded
-        return False
+SPIN_ENV = "COLIBRI_SPIN_US"
+DEFAULT_SPIN_US = 50  # csrc/pool.c's default
 
 
 def load_engine_module() -> ModuleType:
-    """colibri._engine, imported with passive OpenMP waiting unless the environment chose."""
-    global _wait_note
-    if "colibri._engine" in sys.modules:
-        if not _wait_note:  # imported directly, not through here: libgomp read the environment as it was
-            _wait_note = "OpenMP waiting as libgomp read the environment (colibri._engine was imported directly)"
-        return sys.modules["colibri._engine"]
-    chosen = [f"{k}={os.environ[k]}" for k in WAIT_ENV if k in os.environ]
-    if chosen:
-        _wait_note = f"OpenMP waiting as the environment says ({', '.join(chosen)})"
-    elif _libgomp_loaded():
-        _wait_note = ("OpenMP waiting as libgomp's default (spinning): another module loaded libgomp first; "
-                      "set OMP_WAIT_POLICY=passive before starting Python")
-    else:
-        _wait_note = "threads sleep at barriers (OMP_WAIT_POLICY=passive, set by colibri: spinning collapses on busy cores)"
-        os.environ["OMP_WAIT_POLICY"] = DEFAULT_POLICY
-    try:
-        from . import _engine
-    finally:
-        if not chosen:
-            os.environ.pop("OMP_WAIT_POLICY", None)
+    """colibri._engine (one place to import it from)."""
+    from . import _engine
+
     return _engine
+
+
+MAX_SPIN_US = 1_000_000
+
+
+def _valid(raw: str) -> bool:
+    return raw.isdigit() and int(raw) <= MAX_SPIN_US
+
+
+def spin_us() -> int:
+    """The spin budget the engine reads: COLIBRI_SPIN_US if it is a whole number of microseconds up
+    to 1000000, else the default (csrc/pool.c reads it the same way)."""
+    raw = os.environ.get(SPIN_ENV)
+    return int(raw) if raw is not None and _valid(raw) else DEFAULT_SPIN_US
 
 
 def usable_cores() -> int:
@@ -66,10 +55,23 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def wait_note() -> str:
+    raw = os.environ.get(SPIN_ENV)
+    if raw is not None and not _valid(raw):
+        origin = f"{SPIN_ENV}={raw} is not a whole number of microseconds up to {MAX_SPIN_US}: the default"
+    else:
+        origin = f"{SPIN_ENV}={raw}" if raw is not None else "default"
+    spin = spin_us()
+    if spin == 0:
+        return f"threads sleep at every wait ({SPIN_ENV}=0)"
+    return (f"threads spin up to {spin} us at a wait, then sleep, and sleep at once after a spin runs out "
+            f"({origin}; {SPIN_ENV}=0 always sleeps)")
+
+
 def threads_note(requested: int) -> str:
     """One start-up line: the engine's thread count, how it was chosen, and how its threads wait."""
     if requested > 0:
         used, how = requested, "--engine-threads"
     else:
         used, how = usable_cores(), "--engine-threads 0: every core this process may use"
-    return f"{used} thread{'s' if used != 1 else ''} ({how}); {_wait_note or 'OpenMP waiting as libgomp defaults'}"
+    return f"{used} thread{'s' if used != 1 else ''} ({how}); {wait_note()}"

@@ -35,7 +35,7 @@ Check = Callable[[Any], "str | None"]
 def engine_max_slots() -> int:
     """The engine's KV slot maximum (COLIBRI_MAX_SLOTS in csrc/engine.h), read from the
     compiled engine only when needed: importing it loads numpy."""
-    from .engine_threads import load_engine_module  # libgomp's wait policy is set as it loads
+    from .engine_threads import load_engine_module
 
     return int(load_engine_module().MAX_SLOTS)
 
@@ -115,12 +115,11 @@ class Settings:
         scope="serve")
     n_threads: int = setting(
         0, "--engine-threads", "COLI_ENGINE_THREADS", "compute threads for the engine (0: every core this process "
-        "may use). Its threads sleep at the barrier that ends each matmul instead of spinning (OMP_WAIT_POLICY=passive "
-        "unless you set it), so all cores serve best on a shared machine too: on 2 cores already loaded by other work, "
-        "2 sleeping threads decoded 24-56 tok/s beside 0-2 busy-looping processes, 1 thread 6-25, 2 spinning threads "
-        "(libgomp's default) 0.3-0.7 (bench/contention.py); give fewer to leave cores to other work. On a machine "
-        "the server has to itself, OMP_WAIT_POLICY=active is faster (2 threads, idle: 371 against 261 tok/s) but loses "
-        "4-6x as soon as other processes take the cores (BENCHMARKS.md, run C4)")
+        "may use). At the wait that ends each matmul its threads spin for up to 50 us, then sleep, and after a spin "
+        "that ran out they sleep at once for a while, so all cores serve best on a machine of its own and on a shared "
+        "one: 2 threads decoded 359 tok/s idle (threads that always sleep: 261) and 152-189 beside 1 and 2 "
+        "busy-looping processes, where threads that always spin lose 3-6x (bench/contention.py, BENCHMARKS.md runs "
+        "C4, C5). COLIBRI_SPIN_US sets the spin (0: always sleep); give fewer threads to leave cores to other work")
     keepalive_seconds: float = setting(10.0, "--keepalive", "COLI_KEEPALIVE",
                                        "seconds of stream silence before a keepalive is sent", vector=True)
     idle_timeout: int = setting(

@@ -8,6 +8,8 @@
 #define _DEFAULT_SOURCE /* madvise */
 #include "engine.h"
 #include "kernels.h"
+#include "pool.h"
+#include <stdatomic.h>
 
 #include <fcntl.h>
 #include <math.h>
@@ -634,6 +636,7 @@ struct colibri_engine {
     size_t map_size;
     float **owned;               /* converted (F16/BF16) tensors we must free */
     int n_owned;
+    pool *pool;                  /* the team that runs the parallel loops (pool.h); NULL with one thread */
 };
 
 static void *xcalloc(size_t n, size_t size) { return n && size ? calloc(n, size) : NULL; }
@@ -776,8 +779,8 @@ static void swiglu(float *h, const float *gate, const float *up, int n) {
 /* out (rows, d) = x (rows, n) @ W^T, whatever form W is kept in. */
 static void matmul(colibri_engine *e, float *out, const float *x, const matrix *w, int rows) {
     const qinput q = {e->s.aq, e->s.ad, e->s.as, e->s.ai, e->s.ah};
-    if (w->kind == W_Q32 || w->kind == W_Q16) e->kernels->block_matmul(out, x, w, rows, e->n_threads, &q);
-    else e->kernels->panel_matmul(out, x, w, rows, e->n_threads);
+    if (w->kind == W_Q32 || w->kind == W_Q16) e->kernels->block_matmul(out, x, w, rows, e->pool, &q);
+    else e->kernels->panel_matmul(out, x, w, rows, e->pool);
 }
 
 /* ---- kernel paths (kernels.h): each compiled for its instruction set, chosen at load ---- */
@@ -1038,11 +1041,46 @@ static void attend_block(const att_job *jobs, int nj, int m, const float *k, con
  * to its own branch's rows br->own[r]..br->row[r]; RoPE still uses pos[r]. */
 typedef struct { int prefix; const int *row, *own; } branch_rows;
 
+typedef struct {
+    colibri_engine *e; const int *slot, *pos; const branch_rows *br; const int *block; int n_blocks, l;
+    atomic_int next;
+} att_ctx;
+
+/* The attention work items of one layer, taken one at a time by each thread (dynamic). */
+static void att_part(void *arg, int tid, int nt) {
+    (void)tid, (void)nt;
+    att_ctx *ac = arg;
+    colibri_engine *e = ac->e;
+    const colibri_config *c = &e->cfg;
+    scratch *s = &e->s;
+    const int *slot = ac->slot, *pos = ac->pos, *block = ac->block, l = ac->l;
+    const branch_rows *br = ac->br;
+    const int hs = e->head_size, kvd = e->kv_dim, qd = e->q_dim, qkvd = qd + 2 * kvd, kv_mul = c->n_heads / c->n_kv_heads;
+    for (int it; (it = atomic_fetch_add(&ac->next, 1)) < ac->n_blocks * c->n_kv_heads;) {
+            int b = it / c->n_kv_heads, g = it % c->n_kv_heads, r0 = block[b], r1 = block[b + 1];
+            const slot_state *st = &e->slots[slot[r0]];
+            const float *kbase = st->key_cache + (size_t)l * c->n_ctx * kvd + g * hs;
+            const float *vbase = st->value_cache + (size_t)l * c->n_ctx * kvd + g * hs;
+            att_job jobs[ATT_ROWS * kv_mul];
+            int nj = 0, shared = c->n_ctx;
+            for (int r = r0; r < r1; r++) {
+                int n1 = br ? br->prefix : pos[r] + 1, n2 = br ? br->row[r] - br->own[r] + 1 : 0;
+                size_t own = br ? (size_t)br->own[r] * kvd : 0;
+                if (n1 < shared) shared = n1;
+                for (int h = g * kv_mul; h < (g + 1) * kv_mul; h++)
+                    jobs[nj++] = (att_job){s->att_out + (size_t)r * qd + h * hs, s->qkv + (size_t)r * qkvd + h * hs,
+                                           s->att + ((size_t)r * c->n_heads + h) * c->n_ctx, n1, kbase + own,
+                                           vbase + own, n2};
+            }
+            attend_block(jobs, nj, shared, kbase, vbase, kvd, hs);
+    }
+}
+
 static void forward(colibri_engine *e, int rows, const int *slot, const int *pos, const int *tok,
                     const branch_rows *br) {
     const colibri_config *c = &e->cfg;
     const int dim = c->dim, hs = e->head_size, kvd = e->kv_dim, qd = e->q_dim, hid = c->hidden_dim, qkvd = qd + 2 * kvd;
-    const int kv_mul = c->n_heads / c->n_kv_heads, half = hs / 2, T = e->n_threads;
+    const int half = hs / 2, T = e->n_threads;
     scratch *s = &e->s;
 
     const table *emb = &e->w.token_embedding;
@@ -1071,26 +1109,11 @@ static void forward(colibri_engine *e, int rows, const int *slot, const int *pos
         /* One work item per (block of up to ATT_ROWS rows of one slot, kv head): the block's
          * query heads sharing that K/V head read the history they share once, chunk by
          * chunk (attend_block), instead of once per row and head. */
-        int it;
-#pragma omp parallel for schedule(dynamic) num_threads(T) if (T > 1 && (long)rows * c->n_heads * (pos[rows - 1] + 1) * hs >= PARALLEL_MIN_WORK)
-        for (it = 0; it < n_blocks * c->n_kv_heads; it++) {
-            int b = it / c->n_kv_heads, g = it % c->n_kv_heads, r0 = block[b], r1 = block[b + 1];
-            const slot_state *st = &e->slots[slot[r0]];
-            const float *kbase = st->key_cache + (size_t)l * c->n_ctx * kvd + g * hs;
-            const float *vbase = st->value_cache + (size_t)l * c->n_ctx * kvd + g * hs;
-            att_job jobs[ATT_ROWS * kv_mul];
-            int nj = 0, shared = c->n_ctx;
-            for (int r = r0; r < r1; r++) {
-                int n1 = br ? br->prefix : pos[r] + 1, n2 = br ? br->row[r] - br->own[r] + 1 : 0;
-                size_t own = br ? (size_t)br->own[r] * kvd : 0;
-                if (n1 < shared) shared = n1;
-                for (int h = g * kv_mul; h < (g + 1) * kv_mul; h++)
-                    jobs[nj++] = (att_job){s->att_out + (size_t)r * qd + h * hs, s->qkv + (size_t)r * qkvd + h * hs,
-                                           s->att + ((size_t)r * c->n_heads + h) * c->n_ctx, n1, kbase + own,
-                                           vbase + own, n2};
-            }
-            attend_block(jobs, nj, shared, kbase, vbase, kvd, hs);
-        }
+        att_ctx ac = {e, slot, pos, br, block, n_blocks, l, 0};
+        if (T > 1 && (long)rows * c->n_heads * (pos[rows - 1] + 1) * hs >= PARALLEL_MIN_WORK)
+            pool_run(e->pool, T, att_part, &ac);
+        else
+            att_part(&ac, 0, 1);
         matmul(e, s->xb, s->att_out, &e->w.wo[l], rows);
         for (size_t i = 0; i < (size_t)rows * dim; i++) s->x[i] += s->xb[i];
 
@@ -1350,11 +1373,11 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     if (cfg->kernels != COLIBRI_KERNELS_BEST && cfg->kernels < e->kernel_path) e->kernel_path = cfg->kernels;
     e->kernels = &KERNEL_SETS[e->kernel_path];
 #ifdef _OPENMP
-    e->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
+    const int all = omp_get_max_threads();  /* OMP_NUM_THREADS, else the cores this process may use */
 #else
-    (void)n_threads;
-    e->n_threads = 1;
+    const int all = (int)sysconf(_SC_NPROCESSORS_ONLN);
 #endif
+    e->n_threads = n_threads > 0 ? n_threads : all > 0 ? all : 1;
 
     tensor_info *ts = NULL;
     int nt = 0;
@@ -1442,6 +1465,7 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     }
     rc = ensure_scratch(e, 1);
     if (rc) goto fail;
+    if (e->n_threads > 1 && !(e->pool = pool_new(e->n_threads))) { rc = COLIBRI_E_NOMEM; goto fail; }
     *out = e;
     return COLIBRI_OK;
 fail:
@@ -1462,6 +1486,7 @@ void colibri_free(colibri_engine *e) {
     free_scratch(&e->s);
     free(e->rope_cos); free(e->rope_sin);
     if (e->map) munmap(e->map, e->map_size);
+    pool_free(e->pool);
     free(e);
 }
 

@@ -86,7 +86,8 @@ typedef struct {
 typedef struct colibri_engine colibri_engine;
 
 /* Load weights and allocate n_slots KV slots (1..COLIBRI_MAX_SLOTS), computing with n_threads
- * threads (0 = the OpenMP default). The file is safetensors (F32, F16, BF16) or a llama GGUF
+ * threads (0: OMP_NUM_THREADS if set, else every core this process may use), a team of the
+ * engine's own (csrc/pool.h). The file is safetensors (F32, F16, BF16) or a llama GGUF
  * (version 2 or 3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K tensors,
  * kept as cfg->dequantize says); the config must match its tensors. On failure *out is NULL. */
 int colibri_load(const char *weights_path, const colibri_config *cfg, int n_slots, int n_threads,

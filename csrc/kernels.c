@@ -8,6 +8,7 @@
 #error "compile kernels_<path>.c, which defines KERNEL_PATH and includes this file"
 #endif
 #include "kernels.h"
+#include "pool.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -219,19 +220,22 @@ static void widen_group(float *wide, const uint16_t *pan, size_t count) {
     for (size_t i = 0; i < count; i++) bits[i] = (uint32_t)pan[i] << 16;
 }
 
-/* out (rows, d) = x (rows, n) @ W^T on panels. Threads split the output columns in groups of
- * four panels (group_rows). */
-void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows, int threads) {
-    const int n = w->n, d = w->d, n_panels = (d + PANEL - 1) / PANEL, n_groups = (n_panels + 3) / 4;
-    const int bf16 = w->kind == W_BF16, widen = bf16 && rows >= WIDEN_ROWS;
-    const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float);
-#pragma omp parallel num_threads(threads) if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK)
+typedef struct {
+    float *out; const float *x; const matrix *w;
+    int rows, n, d, n_panels, n_groups, bf16, widen;
+    size_t esize;
+} panel_job;
+
+static void panel_part(void *arg, int tid, int nt) {
+    const panel_job *j = arg;
+    float *out = j->out; const float *x = j->x; const matrix *w = j->w;
+    const int rows = j->rows, n = j->n, d = j->d, n_panels = j->n_panels, n_groups = j->n_groups, bf16 = j->bf16, widen = j->widen;
+    const size_t esize = j->esize;
+    const int per = (n_groups + nt - 1) / nt, g0 = tid * per, g1 = g0 + per < n_groups ? g0 + per : n_groups;
     {
         /* n * 4 panels of floats, a multiple of 64 bytes; without it the panels are read as they are */
         float *wide = widen ? aligned_alloc(64, (size_t)n * 4 * PANEL * sizeof(float)) : NULL;
-        int g;
-#pragma omp for schedule(static)
-        for (g = 0; g < n_groups; g++) {
+        for (int g = g0; g < g1; g++) {
             const int cb = n_panels - 4 * g < 4 ? n_panels - 4 * g : 4, col0 = 4 * g * PANEL;
             const void *pan = (const char *)w->p + (size_t)4 * g * n * PANEL * esize;
             if (wide) {
@@ -243,6 +247,18 @@ void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows,
         }
         free(wide);
     }
+}
+
+/* out (rows, d) = x (rows, n) @ W^T on panels. Threads split the output columns in groups of
+ * four panels (group_rows). */
+void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows, pool *team) {
+    const int threads = pool_size(team);
+    const int n = w->n, d = w->d, n_panels = (d + PANEL - 1) / PANEL, n_groups = (n_panels + 3) / 4;
+    const int bf16 = w->kind == W_BF16, widen = bf16 && rows >= WIDEN_ROWS;
+    const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float);
+    panel_job j = {out, x, w, rows, n, d, n_panels, n_groups, bf16, widen, esize};
+    if (threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK) pool_run(team, threads, panel_part, &j);
+    else panel_part(&j, 0, 1);
 }
 
 /* The block kernels' instruction sets: with AVX-512 VNNI a 512-bit register takes two blocks of
@@ -749,30 +765,28 @@ static inline __attribute__((always_inline)) void qtile16(float *out, int d, con
 /* out (rows, d) = x (rows, n) @ W^T on blocks. The input rows are quantized once (into s),
  * then threads split the output rows in groups of QGROUP; each group takes its weight rows
  * two at a time against the input rows four at a time. */
-void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows, int threads, const qinput *s) {
-    const int n = w->n, d = w->d, nb = n / 32, q4 = w->nibbles, n_groups = (d + QGROUP - 1) / QGROUP;
-    const int half = w->kind == W_Q16, ns = half ? 2 * nb : nb;  /* scales (and mins) per weight row */
-    const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
-    const int par = threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK;
-#ifdef HAVE_AVX2
-    const int paired = q4 && !half;  /* the nibble tile's input order (quantize_rows) */
-#else
-    const int paired = 0;
-#endif
-    /* A prefill's rows are quantized by every thread (done by one, it was a serial stretch of each
-     * matmul that the other thread waited out); a decode's few rows by one before the region,
-     * which saves the barrier between quantizing and the tiles. */
-    const int split = par && rows >= QSPLIT_ROWS;
-    if (!split) quantize_rows(x, 0, rows, n, paired, s->aq, s->ad, s->as, s->ai, s->ah);
-    int g, rq;
-#pragma omp parallel num_threads(threads) if (par)
-    {
-        if (split) {
-#pragma omp for schedule(static)
-            for (rq = 0; rq < rows; rq++) quantize_rows(x, rq, rq + 1, n, paired, s->aq, s->ad, s->as, s->ai, s->ah);
-        }  /* (the loop's barrier: every row is quantized before a tile reads it) */
-#pragma omp for schedule(static)
-        for (g = 0; g < n_groups; g++) {
+typedef struct {
+    float *out; const float *x; const matrix *w; const qinput *s;
+    int rows, n, d, nb, q4, half, ns, n_groups, paired;
+    size_t qbytes;
+} block_job;
+
+static void block_quantize_part(void *arg, int tid, int nt) {
+    const block_job *j = arg;
+    const int per = (j->rows + nt - 1) / nt, r0 = tid * per, r1 = r0 + per < j->rows ? r0 + per : j->rows;
+    const qinput *s = j->s;
+    if (r0 < r1) quantize_rows(j->x, r0, r1, j->n, j->paired, s->aq, s->ad, s->as, s->ai, s->ah);
+}
+
+static void block_groups_part(void *arg, int tid, int nt) {
+    const block_job *j = arg;
+    const int per = (j->n_groups + nt - 1) / nt, g0 = tid * per, g1 = g0 + per < j->n_groups ? g0 + per : j->n_groups;
+    float *out = j->out;
+    const matrix *w = j->w;
+    const qinput *s = j->s;
+    const int rows = j->rows, n = j->n, d = j->d, nb = j->nb, q4 = j->q4, half = j->half, ns = j->ns;
+    const size_t qbytes = j->qbytes;
+    for (int g = g0; g < g1; g++) {
             const int o_end = (g + 1) * QGROUP < d ? (g + 1) * QGROUP : d;
             for (int r = 0; r < rows; r += 4) {
                 const int rb = rows - r < 4 ? rows - r : 4;
@@ -814,8 +828,29 @@ void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows,
                     }
                 }
             }
-        }
     }
+}
+
+/* out (rows, d) = x (rows, n) @ W^T on blocks. The input rows are quantized once (into s),
+ * then threads split the output rows in groups of QGROUP; each group takes its weight rows
+ * two at a time against the input rows four at a time. */
+void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows, pool *team, const qinput *s) {
+    const int threads = pool_size(team);
+    const int n = w->n, d = w->d, nb = n / 32, q4 = w->nibbles, n_groups = (d + QGROUP - 1) / QGROUP;
+    const int half = w->kind == W_Q16, ns = half ? 2 * nb : nb;  /* scales (and mins) per weight row */
+    const size_t qbytes = (size_t)nb * (q4 ? 16 : 32);
+    const int par = threads > 1 && n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK;
+#ifdef HAVE_AVX2
+    const int paired = q4 && !half;  /* the nibble tile's input order (quantize_rows) */
+#else
+    const int paired = 0;
+#endif
+    const int split = par && rows >= QSPLIT_ROWS;
+    block_job j = {out, x, w, s, rows, n, d, nb, q4, half, ns, n_groups, paired, qbytes};
+    if (split) pool_run(team, threads, block_quantize_part, &j);
+    else quantize_rows(x, 0, rows, n, paired, s->aq, s->ad, s->as, s->ai, s->ah);
+    if (par) pool_run(team, threads, block_groups_part, &j);
+    else block_groups_part(&j, 0, 1);
 }
 #undef QTILE
 #undef QTILE_ROWS

@@ -64,9 +64,10 @@ typedef struct {
 } qinput;
 
 /* out (rows, d) = x (rows, n) @ W^T, W in panels (W_F32, W_BF16) or blocks (W_Q32, W_Q16), on up
- * to `threads` OpenMP threads. */
-typedef void (*panel_fn)(float *out, const float *x, const matrix *w, int rows, int threads);
-typedef void (*block_fn)(float *out, const float *x, const matrix *w, int rows, int threads, const qinput *q);
+ * to the engine's thread team (csrc/pool.h; NULL: the calling thread alone). */
+struct pool;
+typedef void (*panel_fn)(float *out, const float *x, const matrix *w, int rows, struct pool *team);
+typedef void (*block_fn)(float *out, const float *x, const matrix *w, int rows, struct pool *team, const qinput *q);
 
 /* One kernel path: every path computes the same sums, up to float rounding order and FMA. */
 typedef struct {
@@ -76,8 +77,8 @@ typedef struct {
 } kernel_set;
 
 #define KERNEL_SET_DECL(path) \
-    void panel_matmul_##path(float *, const float *, const matrix *, int, int); \
-    void block_matmul_##path(float *, const float *, const matrix *, int, int, const qinput *);
+    void panel_matmul_##path(float *, const float *, const matrix *, int, struct pool *); \
+    void block_matmul_##path(float *, const float *, const matrix *, int, struct pool *, const qinput *);
 KERNEL_SET_DECL(portable)
 #if defined(__x86_64__) || defined(__i386__)
 KERNEL_SET_DECL(avx2)

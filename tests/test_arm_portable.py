@@ -85,11 +85,14 @@ def _setup_build(march: str) -> tuple[list[str], list[str], list[str]]:
     for node in ast.walk(ast.parse((ROOT / "setup.py").read_text())):
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "KERNEL_PATHS" for t in node.targets):
             found["paths"] = node.value
-        elif isinstance(node, ast.keyword) and node.arg in ("extra_compile_args", "extra_link_args", "define_macros"):
+        elif isinstance(node, ast.keyword) and node.arg in ("sources", "extra_compile_args", "extra_link_args",
+                                                             "define_macros"):
             found[node.arg] = node.value
-    assert len(found) == 4, f"setup.py no longer names its kernel paths, flags and macros: {sorted(found)}"
-    value = {k: eval(compile(ast.Expression(v), "setup.py", "eval"), {"MARCH": march}) for k, v in found.items()}
-    return (["csrc/engine.c", *(f"csrc/kernels_{p}.c" for p in value["paths"])],
+    assert len(found) == 5, f"setup.py no longer names its sources, kernel paths, flags and macros: {sorted(found)}"
+    value = {k: eval(compile(ast.Expression(v), "setup.py", "eval"), {"MARCH": march}) for k, v in found.items()
+             if k != "sources"}
+    sources = eval(compile(ast.Expression(found["sources"]), "setup.py", "eval"), {"KERNEL_PATHS": value["paths"]})
+    return ([src for src in sources if src.endswith(".c")],
             [*value["extra_compile_args"], *(f"-D{k}={v}" for k, v in value["define_macros"])],
             list(value["extra_link_args"]))
 

@@ -1,39 +1,22 @@
-"""The engine's threads wait passively unless the environment says otherwise, and the start-up
-line says how many there are and why (issue 52; bench/contention.py measures the effect)."""
+"""The engine's own thread team (csrc/pool.c): its waits spin briefly and then sleep, the start-up line
+says how many threads there are, why, and how they wait, and every wait policy and thread count
+computes the same logits (issue 52; bench/contention.py and gguf_bench.py --wait measure the speed)."""
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 import tempfile
 
-from colibri.engine_threads import threads_note, usable_cores
+import numpy as np
+import pytest
+
+from colibri.engine_threads import SPIN_ENV, spin_us, threads_note, usable_cores
 
 #: The children run outside the checkout, so they import the installed package (under tox, a
 #: wheel; the checkout's colibri/ has no compiled engine there).
 CWD = tempfile.gettempdir()
-PROBE = ("import os; from colibri.engine_threads import load_engine_module, threads_note; load_engine_module(); "
-         "print(os.environ.get('OMP_WAIT_POLICY')); print(threads_note(0))")
-
-
-def run_probe(**env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    return subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120,
-                          env={**clean, "OMP_DISPLAY_ENV": "true", **env}, check=True, cwd=CWD)
-
-
-def test_libgomp_reads_passive_and_the_environment_is_restored() -> None:
-    out = run_probe()
-    assert "OMP_WAIT_POLICY = 'PASSIVE'" in out.stderr  # libgomp's own report of what it read
-    first, note = out.stdout.splitlines()
-    assert first == "None"  # children of the server keep their own default
-    assert "sleep at barriers" in note and f"{usable_cores()} thread" in note
-
-
-def test_a_users_choice_wins() -> None:
-    out = run_probe(OMP_WAIT_POLICY="active")
-    assert "OMP_WAIT_POLICY = 'ACTIVE'" in out.stderr
-    assert "as the environment says (OMP_WAIT_POLICY=active)" in out.stdout
 
 
 def test_the_note_names_the_count_and_its_origin() -> None:
@@ -43,11 +26,51 @@ def test_the_note_names_the_count_and_its_origin() -> None:
     assert "every core this process may use" in threads_note(0)
 
 
-def test_the_servers_first_import_of_the_engine_sets_the_policy() -> None:
-    """`colibri serve` first loads the engine reading its slot maximum (settings.py): that import
-    must go through load_engine_module too, or libgomp spins in the served process."""
-    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    out = subprocess.run([sys.executable, "-c", "from colibri.settings import engine_max_slots; engine_max_slots()"],
-                         capture_output=True, text=True, timeout=120, env={**clean, "OMP_DISPLAY_ENV": "true"},
-                         check=True, cwd=CWD)
-    assert "OMP_WAIT_POLICY = 'PASSIVE'" in out.stderr
+def test_the_note_says_how_the_threads_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SPIN_ENV, raising=False)
+    assert spin_us() == 50
+    assert "spin up to 50 us at a wait, then sleep" in threads_note(2) and "(default;" in threads_note(2)
+    monkeypatch.setenv(SPIN_ENV, "0")
+    assert spin_us() == 0
+    assert threads_note(2).endswith(f"threads sleep at every wait ({SPIN_ENV}=0)")
+    monkeypatch.setenv(SPIN_ENV, "20")
+    assert spin_us() == 20 and f"({SPIN_ENV}=20;" in threads_note(2)
+
+
+@pytest.mark.parametrize("raw", ["abc", "-5", "12us", "", "2000000"])
+def test_a_spin_that_is_not_a_whole_number_of_microseconds_is_the_default(raw: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine (pool.c) reads only 0..1000000 and otherwise keeps its default; the note says what
+    it does."""
+    monkeypatch.setenv(SPIN_ENV, raw)
+    assert spin_us() == 50
+    assert f"{SPIN_ENV}={raw} is not a whole number of microseconds up to 1000000" in threads_note(2)
+
+
+PROBE = """
+import sys
+import numpy as np
+from colibri.model import Model
+from colibri.paths import EMBEDDED_MODEL
+model = Model(EMBEDDED_MODEL)
+toks = list(range(5, 40))
+for threads in (1, 2, 3):
+    eng = model.engine(n_slots=2, n_threads=threads)
+    _, prefill = eng.prefill(0, toks, all_logits=True)
+    eng.prefill(1, toks[:7])
+    steps = [eng.decode([0, 1], [toks[i], toks[-i]]) for i in range(1, 4)]
+    np.save(sys.stdout.buffer, np.concatenate([prefill.ravel()] + [s.ravel() for s in steps]))
+"""
+
+
+@pytest.mark.parametrize("spin", ["0", "50", "1000000"])
+def test_every_wait_and_thread_count_gives_the_same_logits(spin: str) -> None:
+    """One thread, two and three (more than this machine's cores), with waits that always sleep,
+    the default, and waits that always spin: bit-identical logits for a 35-row prefill (its rows
+    quantized by every thread) and batched decodes."""
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, timeout=300,
+                         env={**os.environ, SPIN_ENV: spin}, check=True, cwd=CWD)
+    buf = io.BytesIO(out.stdout)
+    runs = [np.load(buf) for _ in range(3)]
+    assert runs[0].size > 35 * 100 and np.isfinite(runs[0]).all()
+    assert np.array_equal(runs[0], runs[1]) and np.array_equal(runs[0], runs[2])

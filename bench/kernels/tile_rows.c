@@ -10,7 +10,9 @@
  * in a batch of four (bit for bit).
  *
  *     gcc -O3 -march=x86-64-v3 -fopenmp -std=c11 -ffp-contract=fast -w -I CSRC \
- *         bench/kernels/tile_rows.c CSRC/kernels_{avx2,avxvnni,avx512vnni,portable}.c -lm -o /tmp/tile_rows
+ *         bench/kernels/tile_rows.c CSRC/pool.c CSRC/kernels_{avx2,avxvnni,avx512vnni,portable}.c -lm -lpthread \
+ *         -o /tmp/tile_rows
+ *     (checkouts before the engine's thread team, 2026-12-06, have no pool.c: leave it out there)
  *     /tmp/tile_rows [avx2|avxvnni|avx512vnni] [calls]
  *
  * CSRC is a checkout's csrc folder: build it from two checkouts and run them in turn to compare
@@ -54,13 +56,13 @@ static void best_of(run_fn run, void *ctx, float *out, const float *x, int calls
 typedef struct { block_fn fn; const matrix *w; const qinput *q; } block_ctx;
 static void run_block(void *ctx, float *out, const float *x, int rows) {
     const block_ctx *b = ctx;
-    b->fn(out, x, b->w, rows, 1, b->q);
+    b->fn(out, x, b->w, rows, NULL, b->q);
 }
 
 typedef struct { panel_fn fn; const matrix *w; } panel_ctx;
 static void run_panel(void *ctx, float *out, const float *x, int rows) {
     const panel_ctx *p = ctx;
-    p->fn(out, x, p->w, rows, 1);
+    p->fn(out, x, p->w, rows, NULL);
 }
 
 /* A block matrix: forms 0-3 W_Q32, 0 nibbles (Q4_1), 1 Q8_0, 2 bytes of any value (Q5_1-like), 3 bytes
@@ -86,9 +88,9 @@ static int block_case(block_fn fn, int form, int d, int n, int calls) {
     for (int i = 0; i < ROWS * n; i++) x[i] = uniform();
     qinput s = {malloc((size_t)ROWS * n), malloc(sizeof(float) * ROWS * nb), malloc(sizeof(float) * ROWS * nb),
                 malloc(sizeof(float) * ROWS * nb), malloc(sizeof(float) * ROWS * 2 * nb)};
-    block_matmul_portable(ref, x, &w, ROWS, 1, &s);
-    fn(out, x, &w, ROWS, 1, &s);
-    fn(one, x, &w, 1, 1, &s);
+    block_matmul_portable(ref, x, &w, ROWS, NULL, &s);
+    fn(out, x, &w, ROWS, NULL, &s);
+    fn(one, x, &w, 1, NULL, &s);
     double diff = 0, top = 0;
     for (int i = 0; i < ROWS * d; i++) {
         diff = fmax(diff, fabs(out[i] - ref[i]));
@@ -123,9 +125,9 @@ static int panel_case(panel_fn fn, int d, int n, int calls) {
     float *x = malloc(sizeof(float) * ROWS * n), *out = malloc(sizeof(float) * ROWS * d);
     float *ref = malloc(sizeof(float) * ROWS * d), *one = malloc(sizeof(float) * d);
     for (int i = 0; i < ROWS * n; i++) x[i] = uniform();
-    fn(out, x, &w, ROWS, 1);
-    fn(ref, x, &wf, ROWS, 1);
-    fn(one, x, &w, 1, 1);
+    fn(out, x, &w, ROWS, NULL);
+    fn(ref, x, &wf, ROWS, NULL);
+    fn(one, x, &w, 1, NULL);
     const int exact = memcmp(out, ref, sizeof(float) * ROWS * d) == 0, same = memcmp(one, out, sizeof(float) * d) == 0;
     panel_ctx ctx = {fn, &w};
     double best[2];

@@ -25,9 +25,8 @@ round, alternating so that a slow spell of this VM hits both engines:
   COLIBRI_MARCH=x86-64-v3, which the results record), T threads: after a warm-up of the same
   prefill (llama-bench warms up too), the same prefill, 128 decode steps after one token, and 128
   steps of 4 slots together; plus its resident memory. Its threads wait as colibri's default has
-  them (sleeping at barriers, for shared machines) unless --wait active makes them spin as
-  llama.cpp's do: at 2 threads on an idle machine that is worth about 1.4x in decode (BENCHMARKS.md
-  "Late night").
+  them (spin up to 50 us, then sleep; colibri/engine_threads.py) unless --wait active makes them
+  always spin, as llama.cpp's do, or --wait passive always sleep (COLIBRI_SPIN_US 1000000 or 0).
 
 Each number is the best over the rounds; the JSON keeps every round too (rounds_measured).
 Results go to bench/results/gguf-formats-paths.json and
@@ -102,8 +101,8 @@ def llama_batched(path: Path, threads: int, binary: Path = LLAMA_BATCHED_BENCH) 
 
 def colibri(path: Path, kernels: str, threads: int, wait: str = "default") -> dict[str, float]:
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLIBRI_ISA": kernels}
-    if wait != "default":  # else colibri's own choice: passive (colibri/engine_threads.py)
-        env["OMP_WAIT_POLICY"] = wait
+    if wait != "default":  # else colibri's own choice (colibri/engine_threads.py)
+        env["COLIBRI_SPIN_US"] = "1000000" if wait == "active" else "0"
     out = subprocess.run([sys.executable, __file__, "--child", str(path), str(threads)], check=True,
                          capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
     got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -226,8 +225,8 @@ def main() -> None:
                     help="llama.cpp's benches built with -march=native (default) or for AVX2 only (built when "
                     "missing; for comparing the avx2 path)")
     ap.add_argument("--wait", choices=["default", "active", "passive"], default="default",
-                    help="OMP_WAIT_POLICY for colibri's engine: its default sleeps at barriers (passive, for shared "
-                    "machines); active spins as llama.cpp's threads do (like for like on an idle machine)")
+                    help="how colibri's threads wait: default spins up to 50 us then sleeps; active always spins, as "
+                    "llama.cpp's threads do; passive always sleeps (COLIBRI_SPIN_US 1000000 or 0)")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "gguf-formats-paths.json")
     args = ap.parse_args()
     known = {f.upper(): f for f in FORMATS}
@@ -256,13 +255,13 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": model, "flags": flags,
                                      "uptime": [before, after], "rounds": args.rounds, "engine_march": march,
-                                     "colibri_omp_wait": args.wait,
+                                     "colibri_wait": args.wait,
                                      "llama_bench": str(args.llama_bench),
                                      "llama_batched_bench": str(args.llama_batched) if args.batched else None,
                                      "model": "SmolLM2-135M-Instruct",
                                      "results": best, "rounds_measured": each}, indent=1) + "\n")
     print(f"CPU: {model}; flags: {flags}\ncolibri built for -march={march} outside its kernels (COLIBRI_MARCH); "
-          f"OpenMP wait: {'passive (colibri default)' if args.wait == 'default' else args.wait}\n"
+          f"threads' wait: {'spin up to 50 us, then sleep (default)' if args.wait == 'default' else args.wait}\n"
           f"llama.cpp: {args.llama_bench}\nbefore: {before}\nafter:  {after}\n")
     print("\n".join(tables(best, paths, kernels, args.threads)))
 
