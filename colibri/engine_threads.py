@@ -20,6 +20,7 @@ reads it when it is loaded.
 from __future__ import annotations
 
 import os
+import re
 from types import ModuleType
 
 SPIN_ENV = "COLIBRI_SPIN_US"
@@ -37,7 +38,8 @@ MAX_SPIN_US = 1_000_000
 
 
 def _valid(raw: str) -> bool:
-    return raw.isdigit() and int(raw) <= MAX_SPIN_US
+    """ASCII digits only, at most 1000000: what csrc/pool.c accepts (no sign, no spaces)."""
+    return re.fullmatch(r"[0-9]{1,7}", raw) is not None and int(raw) <= MAX_SPIN_US
 
 
 def spin_us() -> int:

@@ -134,7 +134,7 @@ int colibri_slot_load(colibri_engine *e, int slot, const void *buf, size_t n);
 
 const colibri_config *colibri_get_config(const colibri_engine *e);
 
-/* Threads the engine computes with (n_threads of colibri_load, or the OpenMP default it chose). */
+/* Threads the engine computes with (n_threads of colibri_load, or the default it chose). */
 int colibri_threads(const colibri_engine *e);
 /* The kernel path the engine runs (COLIBRI_KERNELS_*, never BEST). */
 int colibri_kernels(const colibri_engine *e);

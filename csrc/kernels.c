@@ -231,8 +231,8 @@ static void panel_part(void *arg, int tid, int nt) {
     float *out = j->out; const float *x = j->x; const matrix *w = j->w;
     const int rows = j->rows, n = j->n, d = j->d, n_panels = j->n_panels, n_groups = j->n_groups, bf16 = j->bf16, widen = j->widen;
     const size_t esize = j->esize;
-    const int per = (n_groups + nt - 1) / nt, g0 = tid * per, g1 = g0 + per < n_groups ? g0 + per : n_groups;
-    {
+    const int g0 = (int)((long)tid * n_groups / nt), g1 = (int)((long)(tid + 1) * n_groups / nt);
+    if (g0 < g1) {
         /* n * 4 panels of floats, a multiple of 64 bytes; without it the panels are read as they are */
         float *wide = widen ? aligned_alloc(64, (size_t)n * 4 * PANEL * sizeof(float)) : NULL;
         for (int g = g0; g < g1; g++) {
@@ -773,14 +773,14 @@ typedef struct {
 
 static void block_quantize_part(void *arg, int tid, int nt) {
     const block_job *j = arg;
-    const int per = (j->rows + nt - 1) / nt, r0 = tid * per, r1 = r0 + per < j->rows ? r0 + per : j->rows;
+    const int r0 = (int)((long)tid * j->rows / nt), r1 = (int)((long)(tid + 1) * j->rows / nt);
     const qinput *s = j->s;
     if (r0 < r1) quantize_rows(j->x, r0, r1, j->n, j->paired, s->aq, s->ad, s->as, s->ai, s->ah);
 }
 
 static void block_groups_part(void *arg, int tid, int nt) {
     const block_job *j = arg;
-    const int per = (j->n_groups + nt - 1) / nt, g0 = tid * per, g1 = g0 + per < j->n_groups ? g0 + per : j->n_groups;
+    const int g0 = (int)((long)tid * j->n_groups / nt), g1 = (int)((long)(tid + 1) * j->n_groups / nt);
     float *out = j->out;
     const matrix *w = j->w;
     const qinput *s = j->s;

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -37,12 +38,15 @@ static double now_us(void) {
     return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
 
-/* COLIBRI_SPIN_US: a whole number of microseconds up to 1000000, else the default. */
+/* COLIBRI_SPIN_US: ASCII digits only, at most 1000000 (colibri/engine_threads.py reads it the same
+ * way for the start-up note), else the default. */
 static int spin_budget_us(void) {
     const char *s = getenv("COLIBRI_SPIN_US");
-    char *end = NULL;
-    const long v = s && *s ? strtol(s, &end, 10) : -1;
-    return s && *s && end && !*end && v >= 0 && v <= 1000000 ? (int)v : POOL_SPIN_US;
+    if (!s || !*s || strlen(s) > 7) return POOL_SPIN_US;
+    for (const char *c = s; *c; c++)
+        if (*c < '0' || *c > '9') return POOL_SPIN_US;
+    const long v = strtol(s, NULL, 10);
+    return v <= 1000000 ? (int)v : POOL_SPIN_US;
 }
 
 /* Spin until ready(p, want) or the budget passes; 1 if it came true while spinning (0: the
@@ -52,10 +56,9 @@ static int spin_budget_us(void) {
  * between decode steps on an idle machine too. */
 static int spin_until(pool *p, int (*ready)(pool *, unsigned), unsigned want, int calms, double budget) {
     if (p->spin_us <= 0) return ready(p, want);
-    if (atomic_load_explicit(&p->calm, memory_order_relaxed) > 0) {
-        atomic_fetch_sub_explicit(&p->calm, 1, memory_order_relaxed);
-        return ready(p, want);
-    }
+    for (int c = atomic_load_explicit(&p->calm, memory_order_relaxed); c > 0;)
+        if (atomic_compare_exchange_weak_explicit(&p->calm, &c, c - 1, memory_order_relaxed, memory_order_relaxed))
+            return ready(p, want);
     const double t0 = now_us();
     for (int i = 0;; i++) {
         if (ready(p, want)) return 1;
@@ -67,8 +70,11 @@ static int spin_until(pool *p, int (*ready)(pool *, unsigned), unsigned want, in
     }
 }
 
-static int job_posted(pool *p, unsigned seen) { return atomic_load_explicit(&p->gen, memory_order_acquire) != seen || atomic_load(&p->quit); }
-static int job_done(pool *p, unsigned unused) { (void)unused; return atomic_load_explicit(&p->pending, memory_order_acquire) == 0; }
+/* Sequentially consistent loads: each sleeper sets its flag (sleepers, master_asleep) and then reads
+ * the other side's counter, which sets its counter and then reads the flag; with acquire loads an
+ * ARM CPU may let the read pass the flag's store, and both sides would miss each other. */
+static int job_posted(pool *p, unsigned seen) { return atomic_load(&p->gen) != seen || atomic_load(&p->quit); }
+static int job_done(pool *p, unsigned unused) { (void)unused; return atomic_load(&p->pending) == 0; }
 
 typedef struct { pool *p; int tid; } worker_arg;
 
@@ -86,7 +92,7 @@ static void *worker(void *a) {
             pthread_mutex_unlock(&p->mu);
         }
         if (atomic_load(&p->quit)) return NULL;
-        seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+        seen = atomic_load(&p->gen);
         if (tid < p->njob) p->fn(p->arg, tid, p->njob);
         if (atomic_fetch_sub(&p->pending, 1) == 1
             && atomic_load(&p->master_asleep)) {
@@ -133,6 +139,9 @@ void pool_free(pool *p) {
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++) pthread_join(p->th[i], NULL);
+    pthread_cond_destroy(&p->start);
+    pthread_cond_destroy(&p->done);
+    pthread_mutex_destroy(&p->mu);
     free(p->th);
     free(p);
 }

@@ -37,7 +37,7 @@ def test_the_note_says_how_the_threads_wait(monkeypatch: pytest.MonkeyPatch) -> 
     assert spin_us() == 20 and f"({SPIN_ENV}=20;" in threads_note(2)
 
 
-@pytest.mark.parametrize("raw", ["abc", "-5", "12us", "", "2000000"])
+@pytest.mark.parametrize("raw", ["abc", "-5", "12us", "", "2000000", " 5", "+5", "-0", "\u00b2", "\u0663"])
 def test_a_spin_that_is_not_a_whole_number_of_microseconds_is_the_default(raw: str,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine (pool.c) reads only 0..1000000 and otherwise keeps its default; the note says what
