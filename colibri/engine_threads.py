@@ -59,10 +59,12 @@ def usable_cores() -> int:
 
 def wait_note() -> str:
     raw = os.environ.get(SPIN_ENV)
-    if raw is not None and not _valid(raw):
-        origin = f"{SPIN_ENV}={raw} is not a whole number of microseconds up to {MAX_SPIN_US}: the default"
+    if raw is None:
+        origin = "default"
+    elif _valid(raw):
+        origin = f"{SPIN_ENV}={raw}"
     else:
-        origin = f"{SPIN_ENV}={raw}" if raw is not None else "default"
+        origin = f"{SPIN_ENV}={raw} is not a whole number of microseconds up to {MAX_SPIN_US}: the default"
     spin = spin_us()
     if spin == 0:
         return f"threads sleep at every wait ({SPIN_ENV}=0)"

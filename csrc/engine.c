@@ -1057,22 +1057,22 @@ static void att_part(void *arg, int tid, int nt) {
     const branch_rows *br = ac->br;
     const int hs = e->head_size, kvd = e->kv_dim, qd = e->q_dim, qkvd = qd + 2 * kvd, kv_mul = c->n_heads / c->n_kv_heads;
     for (int it; (it = atomic_fetch_add(&ac->next, 1)) < ac->n_blocks * c->n_kv_heads;) {
-            int b = it / c->n_kv_heads, g = it % c->n_kv_heads, r0 = block[b], r1 = block[b + 1];
-            const slot_state *st = &e->slots[slot[r0]];
-            const float *kbase = st->key_cache + (size_t)l * c->n_ctx * kvd + g * hs;
-            const float *vbase = st->value_cache + (size_t)l * c->n_ctx * kvd + g * hs;
-            att_job jobs[ATT_ROWS * kv_mul];
-            int nj = 0, shared = c->n_ctx;
-            for (int r = r0; r < r1; r++) {
-                int n1 = br ? br->prefix : pos[r] + 1, n2 = br ? br->row[r] - br->own[r] + 1 : 0;
-                size_t own = br ? (size_t)br->own[r] * kvd : 0;
-                if (n1 < shared) shared = n1;
-                for (int h = g * kv_mul; h < (g + 1) * kv_mul; h++)
-                    jobs[nj++] = (att_job){s->att_out + (size_t)r * qd + h * hs, s->qkv + (size_t)r * qkvd + h * hs,
-                                           s->att + ((size_t)r * c->n_heads + h) * c->n_ctx, n1, kbase + own,
-                                           vbase + own, n2};
-            }
-            attend_block(jobs, nj, shared, kbase, vbase, kvd, hs);
+        int b = it / c->n_kv_heads, g = it % c->n_kv_heads, r0 = block[b], r1 = block[b + 1];
+        const slot_state *st = &e->slots[slot[r0]];
+        const float *kbase = st->key_cache + (size_t)l * c->n_ctx * kvd + g * hs;
+        const float *vbase = st->value_cache + (size_t)l * c->n_ctx * kvd + g * hs;
+        att_job jobs[ATT_ROWS * kv_mul];
+        int nj = 0, shared = c->n_ctx;
+        for (int r = r0; r < r1; r++) {
+            int n1 = br ? br->prefix : pos[r] + 1, n2 = br ? br->row[r] - br->own[r] + 1 : 0;
+            size_t own = br ? (size_t)br->own[r] * kvd : 0;
+            if (n1 < shared) shared = n1;
+            for (int h = g * kv_mul; h < (g + 1) * kv_mul; h++)
+                jobs[nj++] = (att_job){s->att_out + (size_t)r * qd + h * hs, s->qkv + (size_t)r * qkvd + h * hs,
+                                       s->att + ((size_t)r * c->n_heads + h) * c->n_ctx, n1, kbase + own,
+                                       vbase + own, n2};
+        }
+        attend_block(jobs, nj, shared, kbase, vbase, kvd, hs);
     }
 }
 
