@@ -171,7 +171,7 @@ def stream_ratio(model_dir: Path | None, prompts: list[str], rounds: int, port: 
         for _ in range(rounds):
             http.append(stream_round(p, prompts, 64))
             raw_best = max(raw_best, raw.round(64))
-            time.sleep(0.1)  # let this process's OpenMP threads stop spinning before the server's turn
+            time.sleep(0.1)  # let this process's engine threads stop spinning before the server's turn
 
     if port is None:
         args = ["--kv-slots", "4", "--max-queue", "64"] + (["--model", str(model_dir)] if model_dir else [])

@@ -3,7 +3,9 @@ COLIBRI_ISA (issue 52), so that every path can be tested and measured on one mac
 
     COLIBRI_ISA=portable|avx2|avxvnni|avx512vnni   (unset or "best": no cap)
 
-A cap wider than the CPU runs gives the CPU's widest (engine.h, colibri_config.kernels); the
+A cap gives the widest path the CPU runs that is not wider than it (engine.h,
+colibri_config.kernels): a cap wider than the CPU runs gives the CPU's widest, and a path the CPU
+lacks a narrower one (Zen 4 has AVX-512 VNNI but not AVX-VNNI, so avxvnni gives avx2). The
 path in use is `Engine.kernels`, and `colibri serve` prints it at start-up. The cap reaches only
 the matmuls: the rest of the engine is compiled for the build machine (-march=native) unless the
 build set COLIBRI_MARCH (setup.py), which the start-up line then names.
@@ -37,4 +39,4 @@ def kernels_note(engine: object) -> str:
     built = "" if march == "native" else f"; the rest of the engine built for -march={march} (COLIBRI_MARCH)"
     if used == best:
         return f"kernels {used} (the widest this CPU runs; {ISA_ENV} caps it){built}"
-    return f"kernels {used} ({ISA_ENV}={os.environ.get(ISA_ENV)}; this CPU runs up to {best}){built}"
+    return f"kernels {used} ({ISA_ENV}={os.environ.get(ISA_ENV)}; this CPU runs {', '.join(module.kernels_runnable())}){built}"

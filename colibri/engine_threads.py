@@ -24,7 +24,6 @@ import re
 from types import ModuleType
 
 SPIN_ENV = "COLIBRI_SPIN_US"
-DEFAULT_SPIN_US = 50  # csrc/pool.c's default
 
 
 def load_engine_module() -> ModuleType:
@@ -34,19 +33,16 @@ def load_engine_module() -> ModuleType:
     return _engine
 
 
-MAX_SPIN_US = 1_000_000
-
-
 def _valid(raw: str) -> bool:
-    """ASCII digits only, at most 1000000: what csrc/pool.c accepts (no sign, no spaces)."""
-    return re.fullmatch(r"[0-9]{1,7}", raw) is not None and int(raw) <= MAX_SPIN_US
+    """ASCII digits only, at most the engine's maximum: what csrc/pool.c accepts (no sign, no spaces)."""
+    return re.fullmatch(r"[0-9]{1,7}", raw) is not None and int(raw) <= load_engine_module().SPIN_US_MAX
 
 
 def spin_us() -> int:
     """The spin budget the engine reads: COLIBRI_SPIN_US if it is a whole number of microseconds up
-    to 1000000, else the default (csrc/pool.c reads it the same way)."""
+    to the engine's maximum, else its default (csrc/pool.c reads it the same way)."""
     raw = os.environ.get(SPIN_ENV)
-    return int(raw) if raw is not None and _valid(raw) else DEFAULT_SPIN_US
+    return int(raw) if raw is not None and _valid(raw) else int(load_engine_module().SPIN_US_DEFAULT)
 
 
 def usable_cores() -> int:
@@ -64,7 +60,8 @@ def wait_note() -> str:
     elif _valid(raw):
         origin = f"{SPIN_ENV}={raw}"
     else:
-        origin = f"{SPIN_ENV}={raw} is not a whole number of microseconds up to {MAX_SPIN_US}: the default"
+        origin = (f"{SPIN_ENV}={raw} is not a whole number of microseconds up to "
+                  f"{load_engine_module().SPIN_US_MAX}: the default")
     spin = spin_us()
     if spin == 0:
         return f"threads sleep at every wait ({SPIN_ENV}=0)"

@@ -138,10 +138,9 @@ def open_engine(weights: Path, config: ModelConfig, n_slots: int = 1, n_threads:
     """The C engine over a safetensors or GGUF file (n_threads 0: every usable core). GGUF block
     types stay quantized and BF16 stays BF16 unless `dequantize` expands everything to F32."""
     from .engine_kernels import kernel_cap
-    from .engine_threads import load_engine_module, usable_cores
+    from .engine_threads import load_engine_module
 
-    _engine = load_engine_module()
-    n_threads = n_threads if n_threads > 0 else usable_cores()
+    _engine = load_engine_module()  # n_threads 0: the engine counts the cores in this process's affinity mask
     c = config
     return _engine.Engine(str(weights), dim=c.dim, hidden_dim=c.hidden_dim, n_layers=c.n_layers, n_heads=c.n_heads,
                           n_kv_heads=c.n_kv_heads, vocab_size=c.vocab_size, n_ctx=c.n_ctx,

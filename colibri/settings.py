@@ -40,6 +40,13 @@ def engine_max_slots() -> int:
     return int(load_engine_module().MAX_SLOTS)
 
 
+def engine_spin_us() -> int:
+    """How long the engine's threads spin at a wait by default (POOL_SPIN_US in csrc/pool.h)."""
+    from .engine_threads import load_engine_module
+
+    return int(load_engine_module().SPIN_US_DEFAULT)
+
+
 def between(low: int, high: int | Callable[[], int]) -> Check:
     def check(v: Any) -> str | None:
         top = high() if callable(high) else high
@@ -115,7 +122,7 @@ class Settings:
         scope="serve")
     n_threads: int = setting(
         0, "--engine-threads", "COLI_ENGINE_THREADS", "compute threads for the engine (0: every core this process "
-        "may use). At the wait that ends each matmul its threads spin for up to 50 us, then sleep, and after a spin "
+        "may use). At the wait that ends each matmul its threads spin for up to {spin_us} us, then sleep, and after a spin "
         "that ran out they sleep at once for a while, so all cores serve best on a machine of its own and on a shared "
         "one: 2 threads decoded 359 tok/s idle (threads that always sleep: 261) and 152-189 beside 1 and 2 "
         "busy-looping processes, where threads that always spin lose 3-6x (bench/contention.py, BENCHMARKS.md runs "
@@ -225,7 +232,11 @@ class Setting:
         return (self.flag or "--" + self.name).lstrip("-").replace("-", "_")
 
     def help_text(self) -> str:
-        text = self.help.format(max_slots=engine_max_slots()) if "{max_slots}" in self.help else self.help
+        text = self.help
+        if "{max_slots}" in text:
+            text = text.replace("{max_slots}", str(engine_max_slots()))
+        if "{spin_us}" in text:
+            text = text.replace("{spin_us}", str(engine_spin_us()))
         if f"[{self.env}" in text or not self.env:
             return text
         return f"{text} [{self.env}={self.switch}]" if self.switch else f"{text} [{self.env}]"

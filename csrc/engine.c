@@ -20,10 +20,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* ============================================================ safetensors
  * Layout: u64 little-endian header size N, N bytes of JSON
  *   {"name": {"dtype": "F32", "shape": [a, b], "data_offsets": [begin, end]}, ...,
@@ -794,22 +790,34 @@ static const kernel_set KERNEL_SETS[] = {
 #endif
 };
 
-/* The widest kernel path this CPU runs (what the OS enables, as __builtin_cpu_supports reads it). */
-static int cpu_kernel_path(void) {
+/* Whether this CPU runs kernel path `path` (what the OS enables, as __builtin_cpu_supports reads
+ * it). The paths are not nested: AMD's Zen 4 has AVX-512 VNNI but not AVX-VNNI (its VEX form). */
+int colibri_kernels_runs(int path) {
+    if (path == COLIBRI_KERNELS_PORTABLE) return 1;
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-        && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
-        && __builtin_cpu_supports("avx512vnni"))
-        return COLIBRI_KERNELS_AVX512VNNI;
-    if (avx2 && __builtin_cpu_supports("avxvnni")) return COLIBRI_KERNELS_AVXVNNI;
-    if (avx2) return COLIBRI_KERNELS_AVX2;
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    switch (path) {
+    case COLIBRI_KERNELS_AVX2: return avx2;
+    case COLIBRI_KERNELS_AVXVNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+    case COLIBRI_KERNELS_AVX512VNNI:
+        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+               && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+               && __builtin_cpu_supports("avx512vnni");
+    }
 #endif
-    return COLIBRI_KERNELS_PORTABLE;
+    return 0;
 }
 
-int colibri_kernels_available(void) { return cpu_kernel_path(); }
+/* The widest path this CPU runs that is not wider than `cap` (COLIBRI_KERNELS_BEST: no cap). */
+static int cpu_kernel_path(int cap) {
+    int path = COLIBRI_KERNELS_AVX512VNNI;
+    if (cap != COLIBRI_KERNELS_BEST && cap < path) path = cap;
+    while (path > COLIBRI_KERNELS_PORTABLE && !colibri_kernels_runs(path)) path--;
+    return path;
+}
+
+int colibri_kernels_available(void) { return cpu_kernel_path(COLIBRI_KERNELS_BEST); }
 
 #ifndef COLIBRI_MARCH
 #define COLIBRI_MARCH "unknown"  /* built without setup.py */
@@ -1369,15 +1377,9 @@ int colibri_load(const char *path, const colibri_config *cfg, int n_slots, int n
     e->max_in = cfg->dim > e->q_dim ? cfg->dim : e->q_dim;
     e->max_in = cfg->hidden_dim > e->max_in ? cfg->hidden_dim : e->max_in;
     e->n_slots = n_slots;
-    e->kernel_path = cpu_kernel_path();
-    if (cfg->kernels != COLIBRI_KERNELS_BEST && cfg->kernels < e->kernel_path) e->kernel_path = cfg->kernels;
+    e->kernel_path = cpu_kernel_path(cfg->kernels);
     e->kernels = &KERNEL_SETS[e->kernel_path];
-#ifdef _OPENMP
-    const int all = omp_get_max_threads();  /* OMP_NUM_THREADS, else the cores this process may use */
-#else
-    const int all = (int)sysconf(_SC_NPROCESSORS_ONLN);
-#endif
-    e->n_threads = n_threads > 0 ? n_threads : all > 0 ? all : 1;
+    e->n_threads = n_threads > 0 ? n_threads : pool_cores();
 
     tensor_info *ts = NULL;
     int nt = 0;

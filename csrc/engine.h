@@ -1,5 +1,5 @@
 /*
- * colibri engine: a Llama-architecture transformer in plain C (libc, libm, optional OpenMP).
+ * colibri engine: a Llama-architecture transformer in plain C (libc, libm, pthreads).
  *
  * Flat API over one opaque handle. Nothing is printed, nothing exits, no global state:
  * every function returns a status code from the list below (0 = success), and
@@ -78,7 +78,7 @@ typedef struct {
      * are measured against, at 2-8x the memory). */
     int dequantize;
     /* A cap on the kernel path (COLIBRI_KERNELS_*): the widest path the CPU runs that is not wider
-     * than this one; COLIBRI_KERNELS_BEST (0): no cap. To measure or test a narrower CPU's path on
+     * than this one (so a path the CPU lacks gives a narrower one); COLIBRI_KERNELS_BEST (0): no cap. To measure or test a narrower CPU's path on
      * a wider one. colibri_load returns COLIBRI_E_ARG for a value outside the list. */
     int kernels;
 } colibri_config;
@@ -86,7 +86,7 @@ typedef struct {
 typedef struct colibri_engine colibri_engine;
 
 /* Load weights and allocate n_slots KV slots (1..COLIBRI_MAX_SLOTS), computing with n_threads
- * threads (0: OMP_NUM_THREADS if set, else every core this process may use), a team of the
+ * threads (0: every core this process may use, its affinity mask), a team of the
  * engine's own (csrc/pool.h). The file is safetensors (F32, F16, BF16) or a llama GGUF
  * (version 2 or 3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K tensors,
  * kept as cfg->dequantize says); the config must match its tensors. On failure *out is NULL. */
@@ -140,6 +140,9 @@ int colibri_threads(const colibri_engine *e);
 int colibri_kernels(const colibri_engine *e);
 /* The widest kernel path this CPU runs. */
 int colibri_kernels_available(void);
+/* 1 if this CPU runs kernel path `path`, else 0. The paths are not nested: a CPU may run a wider one
+ * and not a narrower (AMD Zen 4 runs avx512vnni, not avxvnni). */
+int colibri_kernels_runs(int path);
 /* A kernel path's name ("portable", "avx2", "avxvnni", "avx512vnni"); NULL if this build has none
  * of that number (only "portable" off x86). */
 const char *colibri_kernels_name(int path);

@@ -3,11 +3,13 @@
 #include "pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define RELAX() _mm_pause()
@@ -38,15 +40,15 @@ static double now_us(void) {
     return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
 
-/* COLIBRI_SPIN_US: ASCII digits only, at most 1000000 (colibri/engine_threads.py reads it the same
- * way for the start-up note), else the default. */
+/* COLIBRI_SPIN_US: ASCII digits only, at most POOL_SPIN_MAX_US (colibri/engine_threads.py reads it
+ * the same way for the start-up note), else the default. */
 static int spin_budget_us(void) {
     const char *s = getenv("COLIBRI_SPIN_US");
     if (!s || !*s || strlen(s) > 7) return POOL_SPIN_US;
     for (const char *c = s; *c; c++)
         if (*c < '0' || *c > '9') return POOL_SPIN_US;
     const long v = strtol(s, NULL, 10);
-    return v <= 1000000 ? (int)v : POOL_SPIN_US;
+    return v <= POOL_SPIN_MAX_US ? (int)v : POOL_SPIN_US;
 }
 
 /* Spin until ready(p, want) or the budget passes; 1 if it came true while spinning (0: the
@@ -148,6 +150,15 @@ void pool_free(pool *p) {
 
 int pool_size(const pool *p) { return p ? p->n : 1; }
 
+int pool_cores(void) {
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 void pool_run(pool *p, int n, pool_fn fn, void *arg) {
     if (!p || n <= 1 || p->n <= 1) {
         fn(arg, 0, 1);
@@ -165,9 +176,13 @@ void pool_run(pool *p, int n, pool_fn fn, void *arg) {
     const double t0 = now_us();
     fn(arg, 0, n);
     /* The partners' shares are as large as the caller's: one still running after as long again
-     * (or after the spin budget, if longer) was most likely descheduled. */
-    const double own = now_us() - t0;
-    if (!spin_until(p, job_done, 0, 1, own > p->spin_us ? own : p->spin_us)) {
+     * (or after the spin budget, if longer) was most likely descheduled. Capped, as past a few
+     * hundred microseconds a wake-up (about 7 us) is a small price and a spinning caller holds a
+     * core the late partner may be waiting for. */
+    const double own = now_us() - t0, cap = (double)POOL_SPIN_CAP * p->spin_us;
+    double budget = own > p->spin_us ? own : p->spin_us;
+    if (budget > cap) budget = cap;
+    if (!spin_until(p, job_done, 0, 1, budget)) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->master_asleep, 1);
         while (!job_done(p, 0)) pthread_cond_wait(&p->done, &p->mu);

@@ -14,7 +14,11 @@
 #define COLIBRI_POOL_H
 
 #define POOL_SPIN_US 50
+#define POOL_SPIN_MAX_US 1000000  /* the largest COLIBRI_SPIN_US read: about forever, for benchmarks */
 #define POOL_CALM 64
+/* The caller's wait for its partners spins at most this many spin budgets, however long its own
+ * share took (see pool_run). */
+#define POOL_SPIN_CAP 10
 
 typedef void (*pool_fn)(void *arg, int tid, int n);
 typedef struct pool pool;
@@ -27,5 +31,8 @@ void pool_free(pool *p);
 void pool_run(pool *p, int n, pool_fn fn, void *arg);
 /* The team's threads, the caller's included; 1 for NULL. */
 int pool_size(const pool *p);
+/* The cores this process may run on (its affinity mask: taskset, a container's cpuset), at least 1:
+ * the engine's default team size. */
+int pool_cores(void);
 
 #endif

@@ -61,6 +61,7 @@ cdef extern from "engine.h" nogil:
     int colibri_threads(const colibri_engine *e)
     int colibri_kernels(const colibri_engine *e)
     int colibri_kernels_available()
+    int colibri_kernels_runs(int path)
     const char *colibri_kernels_name(int path)
     const char *colibri_build_march()
     int colibri_sample(const float *logits, int vocab, float temperature, float top_p, uint64_t *rng,
@@ -68,3 +69,8 @@ cdef extern from "engine.h" nogil:
     int colibri_logprobs(const float *logits, int vocab, int token, int k, float *token_logprob, int *top_ids,
                          float *top_logprobs)
     const char *colibri_strerror(int status)
+
+
+cdef extern from "pool.h" nogil:
+    int POOL_SPIN_US
+    int POOL_SPIN_MAX_US

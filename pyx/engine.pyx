@@ -16,6 +16,9 @@ MAX_SLOTS = COLIBRI_MAX_SLOTS
 MAX_TOP_K = COLIBRI_MAX_TOP_K
 PREFILL_NO_REUSE = COLIBRI_PREFILL_NO_REUSE
 PREFILL_ALL_LOGITS = COLIBRI_PREFILL_ALL_LOGITS
+#: COLIBRI_SPIN_US: the engine's default and the largest value it reads (csrc/pool.h)
+SPIN_US_DEFAULT = POOL_SPIN_US
+SPIN_US_MAX = POOL_SPIN_MAX_US
 #: kernel path name -> COLIBRI_KERNELS_* number, narrowest first ("best": no cap)
 KERNEL_PATHS = {"best": COLIBRI_KERNELS_BEST, "portable": COLIBRI_KERNELS_PORTABLE, "avx2": COLIBRI_KERNELS_AVX2,
                 "avxvnni": COLIBRI_KERNELS_AVXVNNI, "avx512vnni": COLIBRI_KERNELS_AVX512VNNI}
@@ -24,6 +27,12 @@ KERNEL_PATHS = {"best": COLIBRI_KERNELS_BEST, "portable": COLIBRI_KERNELS_PORTAB
 def kernels_available():
     """The widest kernel path this CPU runs, by name."""
     return colibri_kernels_name(colibri_kernels_available()).decode()
+
+
+def kernels_runnable():
+    """Every kernel path this CPU runs, by name, narrowest first (not always a prefix of the list:
+    Zen 4 runs avx512vnni but not avxvnni)."""
+    return [name for name, path in KERNEL_PATHS.items() if name != "best" and colibri_kernels_runs(path)]
 
 
 def build_march():

@@ -33,7 +33,7 @@ from llama_reference import ReferenceLlama, write_random_model
 from colibri import _engine
 
 TOOLS = ("aarch64-linux-gnu-gcc", "qemu-aarch64")
-SYSROOT = Path("/usr/aarch64-linux-gnu")  # the cross toolchain's libc and libgomp, for qemu -L
+SYSROOT = Path("/usr/aarch64-linux-gnu")  # the cross toolchain's libc, for qemu -L
 if not all(shutil.which(t) for t in TOOLS) or not SYSROOT.is_dir():
     pytest.skip("the aarch64 tests need a cross compiler and QEMU user emulation: "
                 "apt-get install gcc-aarch64-linux-gnu qemu-user", allow_module_level=True)

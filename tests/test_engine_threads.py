@@ -25,6 +25,36 @@ def test_the_note_names_the_count_and_its_origin() -> None:
     assert "every core this process may use" in threads_note(0)
 
 
+AFFINITY_PROBE = """
+import os
+from colibri.engine_threads import threads_note
+from colibri.model import Model
+from colibri.paths import EMBEDDED_MODEL
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+print(Model(EMBEDDED_MODEL).engine(n_threads=0).n_threads, threads_note(0))
+"""
+
+
+def test_the_default_count_is_the_cores_this_process_may_use() -> None:
+    """Pinned to one core (as taskset or a container's cpuset would), the engine's default team is one
+    thread, and the start-up note says so; OMP_NUM_THREADS no longer counts (the team is not OpenMP's)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "3"}
+    out = subprocess.run([sys.executable, "-c", AFFINITY_PROBE], capture_output=True, text=True, cwd=CWD, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    count, note = out.stdout.strip().split(" ", 1)
+    assert count == "1" and note.startswith("1 thread (--engine-threads 0: every core this process may use)")
+
+
+def test_the_spin_default_is_the_engines_and_the_help_says_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from colibri._engine import SPIN_US_DEFAULT, SPIN_US_MAX
+    from colibri.settings import BY_NAME
+
+    monkeypatch.delenv(SPIN_ENV, raising=False)
+    assert (SPIN_US_DEFAULT, SPIN_US_MAX) == (50, 1_000_000) and spin_us() == SPIN_US_DEFAULT
+    assert f"spin for up to {SPIN_US_DEFAULT} us" in BY_NAME["n_threads"].help_text()
+
+
 def test_the_note_says_how_the_threads_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(SPIN_ENV, raising=False)
     assert spin_us() == 50

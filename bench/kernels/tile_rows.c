@@ -9,7 +9,7 @@
  * panels against F32 panels of the same values (bit for bit), and one row against the same row
  * in a batch of four (bit for bit).
  *
- *     gcc -O3 -march=x86-64-v3 -fopenmp -std=c11 -ffp-contract=fast -w -I CSRC \
+ *     gcc -O3 -march=x86-64-v3 -fopenmp-simd -std=c11 -ffp-contract=fast -w -I CSRC \
  *         bench/kernels/tile_rows.c CSRC/pool.c CSRC/kernels_{avx2,avxvnni,avx512vnni,portable}.c -lm -lpthread \
  *         -o /tmp/tile_rows
  *     (checkouts before the engine's thread team, 2026-12-06, have no pool.c: leave it out there)

@@ -238,11 +238,12 @@ def main() -> None:
     from colibri.engine_threads import load_engine_module
 
     engine_module = load_engine_module()
-    widest, march = engine_module.kernels_available(), engine_module.build_march()
-    runs = KERNEL_PATHS[1:KERNEL_PATHS.index(widest) + 1] if widest != "portable" else ["portable"]
+    march = engine_module.build_march()
+    runnable = engine_module.kernels_runnable()  # not always nested: Zen 4 runs avx512vnni, not avxvnni
+    runs = [k for k in runnable if k != "portable"] or ["portable"]
     kernels = [k.strip() for k in args.paths.split(",")] if args.paths else runs
-    if any(k not in KERNEL_PATHS[:KERNEL_PATHS.index(widest) + 1] for k in kernels):
-        ap.error(f"this CPU runs kernel paths up to {widest}")
+    if any(k not in runnable for k in kernels):
+        ap.error(f"this CPU runs kernel paths {', '.join(runnable)}, not {', '.join(k for k in kernels if k not in runnable)}")
 
     ensure_llama_server()
     args.llama_bench = ensure_llama_bench_avx2() if args.llama == "avx2" else LLAMA_BENCH
