@@ -9,8 +9,11 @@ MAX_TOP_K: int
 PREFILL_NO_REUSE: int
 PREFILL_ALL_LOGITS: int
 KERNEL_PATHS: dict[str, int]
+SPIN_US_DEFAULT: int
+SPIN_US_MAX: int
 
 def kernels_available() -> str: ...
+def kernels_runnable() -> list[str]: ...
 def build_march() -> str: ...
 
 class Engine:

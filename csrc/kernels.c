@@ -37,7 +37,11 @@ static inline __attribute__((always_inline)) vec16 load_panel(const void *pan, s
 /* Bytes ahead in each panel that the 512-bit tile asks for, into L2 (prefetcht1): a decode reads CB
  * panels as CB streams once. On AMD Zen 4, 1 thread, alternating, 2 rounds: F32 decode 45-48 tok/s
  * without, 48-52 with 2 KB ahead (32 steps); BF16 64-71 without, 76-78 with 2 KB (64 steps), 72
- * with 1 KB. */
+ * with 1 KB. Several rows take it too: a tile's first four rows stream the panels as a decode
+ * does, and the rest find them cached, where a prefetch costs an instruction a step; F32 prefill
+ * read 358 / 634 tok/s (1 / 2 threads) before and 367 / 666 after (BENCHMARKS.md G1, G2). The
+ * address is formed as an integer: it may lie past the panels' end, where a prefetch does not
+ * fault but C pointer arithmetic is undefined. */
 #define PANEL_AHEAD 2048
 
 /* One register tile: RB input rows against CB panels, all n inputs. Each step j loads CB
@@ -53,7 +57,8 @@ static inline __attribute__((always_inline)) void tile(float *out, const float *
         vec16 w[4];
         if (!BF || !(j & 1))  /* a 64-byte line holds one step of F32 panel, two of BF16 */
             for (int c = 0; c < CB; c++)
-                __builtin_prefetch((const char *)pan + ((size_t)c * n + j) * PANEL * (BF ? 2 : 4) + PANEL_AHEAD, 0, 2);
+                __builtin_prefetch((const void *)((uintptr_t)pan + ((size_t)c * n + j) * PANEL * (BF ? 2 : 4) + PANEL_AHEAD),
+                                   0, 2);
         for (int c = 0; c < CB; c++) w[c] = load_panel(pan, ((size_t)c * n + j) * PANEL, BF);
         for (int r = 0; r < RB; r++) {
             float xr = x[(size_t)r * n + j];
@@ -774,6 +779,13 @@ static inline __attribute__((always_inline)) void qtile16(float *out, int d, con
  * step; bench/kernels/stream_rows.c) 4 rows into L1 streamed 11-12 GB/s, no prefetch 9, 16 rows
  * into L2 20 GB/s (the core reads 22-24 alone): 16 rows into L1 (23 KB, most of it) did worse. */
 #define QPREFETCH 16
+/* Whether the tiles read a Q8_0 matrix's mins: plain AVX2's sign trick folds them into its sums
+ * (qtile_bytes8), so there they are not asked for either. */
+#if defined(HAVE_AVX2) && !QDOT_EXACT
+#define Q8_READS_MINS 0
+#else
+#define Q8_READS_MINS 1
+#endif
 #define QSPLIT_ROWS 16  /* input rows from which the threads share quantizing them */
 
 /* out (rows, d) = x (rows, n) @ W^T on blocks. The input rows are quantized once (into s),
@@ -800,6 +812,7 @@ static void block_groups_part(void *arg, int tid, int nt) {
     const qinput *s = j->s;
     const int rows = j->rows, n = j->n, d = j->d, nb = j->nb, q4 = j->q4, half = j->half, ns = j->ns;
     const size_t qbytes = j->qbytes;
+    const int row_end = g1 * QGROUP < d ? g1 * QGROUP : d;  /* past this thread's last row */
     for (int g = g0; g < g1; g++) {
             const int o_end = (g + 1) * QGROUP < d ? (g + 1) * QGROUP : d;
             for (int r = 0; r < rows; r += 4) {
@@ -814,12 +827,14 @@ static void block_groups_part(void *arg, int tid, int nt) {
                     for (int i = 0; i < ob; i++)
                         w2[i] = (qrow){(const unsigned char *)w->p + (size_t)(row + i) * qbytes,
                                        w->scale + (size_t)(row + i) * ns, w->min + (size_t)(row + i) * ns};
-                    if (row + QPREFETCH + ob <= d) {  /* decode streams W from memory once: ask for it early */
+                    /* decode streams W from memory once: ask for it early, within this thread's groups (the
+                     * next thread's rows would land in another core's L2) */
+                    if (row + QPREFETCH + ob <= row_end) {
                         const char *ahead[3] = {(const char *)w2[0].q + QPREFETCH * qbytes,
                                                 (const char *)(w2[0].scale + QPREFETCH * (size_t)ns),
                                                 (const char *)(w2[0].min + QPREFETCH * (size_t)ns)};
                         const size_t len[3] = {ob * qbytes, ob * ns * sizeof(float), ob * ns * sizeof(float)};
-                        for (int k = 0; k < 3; k++)
+                        for (int k = 0; k < (w->q8 && !half && !Q8_READS_MINS ? 2 : 3); k++)
                             for (size_t off = 0; off < len[k]; off += 64) __builtin_prefetch(ahead[k] + off, 0, 2);
                     }
                     float *o = out + (size_t)r * d + row;

@@ -10,6 +10,9 @@ The formats cover each kernel form: F32 and BF16 panels; W_Q32 blocks as bytes w
 (Q3_K), as bytes (Q6_K) and holding a Q8_0 part (Q8_0 fused with Q6_K)."""
 from __future__ import annotations
 
+import platform
+from pathlib import Path
+
 import numpy as np
 import pytest
 from llama_reference import ReferenceLlama
@@ -114,6 +117,21 @@ def test_a_cap_wider_than_the_cpu_gives_its_widest_and_an_unknown_name_is_refuse
     monkeypatch.setenv("COLIBRI_ISA", "neon")
     with pytest.raises(EngineArgumentError, match="COLIBRI_ISA='neon' names no kernel path"):
         Model(path).engine(1, 1)
+
+
+CPU_FLAGS = {"avx2": {"avx2", "fma"}, "avxvnni": {"avx2", "fma", "avx_vnni"},
+             "avx512vnni": {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}}
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not Path("/proc/cpuinfo").exists(),
+                    reason="reads the x86 flags in /proc/cpuinfo")
+def test_the_runnable_paths_are_the_cpus_flags_not_a_ladder() -> None:
+    """Each path is runnable exactly when the kernel's flags say the CPU has its instructions, each
+    path on its own: Zen 4 lists avx512_vnni without avx_vnni, and took avxvnni kernels (an illegal
+    instruction) while the paths were read as a ladder."""
+    line = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags"))
+    flags = set(line.split(":", 1)[1].split())
+    assert RUNNABLE == ["portable", *(p for p in PATHS[1:] if CPU_FLAGS[p] <= flags)]
 
 
 def test_the_start_up_words_name_the_path_the_cap_and_a_build_for_another_cpu(tmp_path, monkeypatch):

@@ -4,7 +4,8 @@
  * its time is the kernel's arithmetic and the memory's, and how well the two overlap; the
  * in-cache figures of tile_rows.c say nothing of the second. This program lays out SmolLM2-135M's
  * matrices (30 layers of a fused q/k/v 960 x 576, o 576 x 576, a fused gate/up 3072 x 576 and
- * down 576 x 1536, then the 49152 x 576 output projection, Q8_0) as the engine does, random
+ * down 576 x 1536, then the 49152 x 576 output projection, Q8_0) in the engine's form (its quants,
+ * scales and mins; here three allocations a matrix, in the engine one), random
  * values, and times one row through all of them on one thread: best of 40 steps, in ms and GB/s,
  * beside a plain read of as many bytes (what one core can stream).
  *
@@ -69,9 +70,10 @@ int main(int argc, char **argv) {
     for (int step = 0; step < STEPS; step++) {
         const double t = now();
         for (int i = 0; i < count; i++) fn(out, x, &m[i], 1, NULL, &s);
-        if (now() - t < best) best = now() - t;
+        const double dt = now() - t;
+        if (dt < best) best = dt;
     }
-    /* the same number of bytes read with plain 512-bit (or 256-bit) loads */
+    /* the same number of bytes read with plain 256-bit loads */
     char *plain = aligned_alloc(64, (bytes + 255) / 256 * 256);
     memset(plain, 1, (bytes + 255) / 256 * 256);
     double read = 1e9;
@@ -80,7 +82,8 @@ int main(int argc, char **argv) {
         const double t = now();
         for (size_t i = 0; i + 256 <= bytes; i += 256)
             for (int k = 0; k < 8; k++) acc = _mm256_add_epi32(acc, _mm256_load_si256((const __m256i *)(plain + i + 32 * k)));
-        if (now() - t < read) read = now() - t;
+        const double dt = now() - t;
+        if (dt < read) read = dt;
     }
     int sink[8];
     _mm256_storeu_si256((__m256i *)sink, acc);
