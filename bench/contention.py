@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -33,18 +32,16 @@ sys.path.insert(0, str(Path(__file__).parent / "peers"))
 from llamacpp_build import LLAMA_BENCH, ensure_llama_server  # noqa: E402
 from smollm2 import ensure_gguf  # noqa: E402
 
+from colibri.engine_threads import fixed_wait_env, usable_cores  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 BUSY = "while True:\n    pass\n"
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0))
 
 
 def colibri(path: Path, threads: int, tokens: int, budget: float, spin: bool) -> float:
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     if spin:
-        env["COLIBRI_SPIN_US"] = "1000000"
+        env.update(fixed_wait_env(spin=True))
     out = subprocess.run([sys.executable, __file__, "--child", str(path), str(threads), str(tokens), str(budget)],
                          check=True, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     return float(out.stdout.strip().splitlines()[-1])

@@ -45,6 +45,12 @@ def spin_us() -> int:
     return int(raw) if raw is not None and _valid(raw) else int(load_engine_module().SPIN_US_DEFAULT)
 
 
+def fixed_wait_env(spin: bool) -> dict[str, str]:
+    """The environment that makes a child's engine threads always spin (the largest budget the engine
+    reads) or always sleep: for benchmarks comparing wait policies."""
+    return {SPIN_ENV: str(load_engine_module().SPIN_US_MAX) if spin else "0"}
+
+
 def usable_cores() -> int:
     """Cores this process may run on (its affinity mask, e.g. taskset or a container's cpuset)."""
     try:

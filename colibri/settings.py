@@ -32,19 +32,20 @@ SPARE_THREADS = 4
 Check = Callable[[Any], "str | None"]
 
 
+def engine_constant(name: str) -> int:
+    """A constant of the compiled engine (MAX_SLOTS: COLIBRI_MAX_SLOTS in csrc/engine.h;
+    SPIN_US_DEFAULT: POOL_SPIN_US in csrc/pool.h), read only when needed: importing it loads numpy."""
+    from .engine_threads import load_engine_module
+
+    return int(getattr(load_engine_module(), name))
+
+
 def engine_max_slots() -> int:
-    """The engine's KV slot maximum (COLIBRI_MAX_SLOTS in csrc/engine.h), read from the
-    compiled engine only when needed: importing it loads numpy."""
-    from .engine_threads import load_engine_module
-
-    return int(load_engine_module().MAX_SLOTS)
+    return engine_constant("MAX_SLOTS")
 
 
-def engine_spin_us() -> int:
-    """How long the engine's threads spin at a wait by default (POOL_SPIN_US in csrc/pool.h)."""
-    from .engine_threads import load_engine_module
-
-    return int(load_engine_module().SPIN_US_DEFAULT)
+#: placeholders a help text may hold -> the engine constant each stands for
+HELP_CONSTANTS = {"{max_slots}": "MAX_SLOTS", "{spin_us}": "SPIN_US_DEFAULT"}
 
 
 def between(low: int, high: int | Callable[[], int]) -> Check:
@@ -233,10 +234,9 @@ class Setting:
 
     def help_text(self) -> str:
         text = self.help
-        if "{max_slots}" in text:
-            text = text.replace("{max_slots}", str(engine_max_slots()))
-        if "{spin_us}" in text:
-            text = text.replace("{spin_us}", str(engine_spin_us()))
+        for placeholder, constant in HELP_CONSTANTS.items():
+            if placeholder in text:
+                text = text.replace(placeholder, str(engine_constant(constant)))
         if f"[{self.env}" in text or not self.env:
             return text
         return f"{text} [{self.env}={self.switch}]" if self.switch else f"{text} [{self.env}]"

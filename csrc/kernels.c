@@ -245,7 +245,7 @@ static void panel_part(void *arg, int tid, int nt) {
     float *out = j->out; const float *x = j->x; const matrix *w = j->w;
     const int rows = j->rows, n = j->n, d = j->d, n_panels = j->n_panels, n_groups = j->n_groups, bf16 = j->bf16, widen = j->widen;
     const size_t esize = j->esize;
-    const int g0 = (int)((long)tid * n_groups / nt), g1 = (int)((long)(tid + 1) * n_groups / nt);
+    const int g0 = pool_share(n_groups, tid, nt), g1 = pool_share(n_groups, tid + 1, nt);
     if (g0 < g1) {
         /* n * 4 panels of floats, a multiple of 64 bytes; without it the panels are read as they are */
         float *wide = widen ? aligned_alloc(64, (size_t)n * 4 * PANEL * sizeof(float)) : NULL;
@@ -788,9 +788,7 @@ static inline __attribute__((always_inline)) void qtile16(float *out, int d, con
 #endif
 #define QSPLIT_ROWS 16  /* input rows from which the threads share quantizing them */
 
-/* out (rows, d) = x (rows, n) @ W^T on blocks. The input rows are quantized once (into s),
- * then threads split the output rows in groups of QGROUP; each group takes its weight rows
- * two at a time against the input rows four at a time. */
+/* One block matmul's arguments, for its two parallel parts (block_matmul). */
 typedef struct {
     float *out; const float *x; const matrix *w; const qinput *s;
     int rows, n, d, nb, q4, half, ns, n_groups, paired;
@@ -799,64 +797,65 @@ typedef struct {
 
 static void block_quantize_part(void *arg, int tid, int nt) {
     const block_job *j = arg;
-    const int r0 = (int)((long)tid * j->rows / nt), r1 = (int)((long)(tid + 1) * j->rows / nt);
+    const int r0 = pool_share(j->rows, tid, nt), r1 = pool_share(j->rows, tid + 1, nt);
     const qinput *s = j->s;
     if (r0 < r1) quantize_rows(j->x, r0, r1, j->n, j->paired, s->aq, s->ad, s->as, s->ai, s->ah);
 }
 
 static void block_groups_part(void *arg, int tid, int nt) {
     const block_job *j = arg;
-    const int g0 = (int)((long)tid * j->n_groups / nt), g1 = (int)((long)(tid + 1) * j->n_groups / nt);
+    const int g0 = pool_share(j->n_groups, tid, nt), g1 = pool_share(j->n_groups, tid + 1, nt);
     float *out = j->out;
     const matrix *w = j->w;
     const qinput *s = j->s;
     const int rows = j->rows, n = j->n, d = j->d, nb = j->nb, q4 = j->q4, half = j->half, ns = j->ns;
     const size_t qbytes = j->qbytes;
     const int row_end = g1 * QGROUP < d ? g1 * QGROUP : d;  /* past this thread's last row */
+    const int streams = w->q8 && !half && !Q8_READS_MINS ? 2 : 3;  /* quants, scales, mins if read */
     for (int g = g0; g < g1; g++) {
-            const int o_end = (g + 1) * QGROUP < d ? (g + 1) * QGROUP : d;
-            for (int r = 0; r < rows; r += 4) {
-                const int rb = rows - r < 4 ? rows - r : 4;
-                const int8_t *aq = s->aq + (size_t)r * n;
-                const float *ad = s->ad + (size_t)r * nb, *as = s->as + (size_t)r * nb;  /* r is a multiple of 4 */
-                const float *ai = s->ai + (size_t)r * nb;
-                const float *ah = s->ah + (size_t)r * 2 * nb;
-                for (int row = g * QGROUP; row < o_end; row += 2) {
-                    const int ob = o_end - row < 2 ? o_end - row : 2;
-                    qrow w2[2];
-                    for (int i = 0; i < ob; i++)
-                        w2[i] = (qrow){(const unsigned char *)w->p + (size_t)(row + i) * qbytes,
-                                       w->scale + (size_t)(row + i) * ns, w->min + (size_t)(row + i) * ns};
-                    /* decode streams W from memory once: ask for it early, within this thread's groups (the
-                     * next thread's rows would land in another core's L2) */
-                    if (row + QPREFETCH + ob <= row_end) {
-                        const char *ahead[3] = {(const char *)w2[0].q + QPREFETCH * qbytes,
-                                                (const char *)(w2[0].scale + QPREFETCH * (size_t)ns),
-                                                (const char *)(w2[0].min + QPREFETCH * (size_t)ns)};
-                        const size_t len[3] = {ob * qbytes, ob * ns * sizeof(float), ob * ns * sizeof(float)};
-                        for (int k = 0; k < (w->q8 && !half && !Q8_READS_MINS ? 2 : 3); k++)
-                            for (size_t off = 0; off < len[k]; off += 64) __builtin_prefetch(ahead[k] + off, 0, 2);
-                    }
-                    float *o = out + (size_t)r * d + row;
-                    if (half) {
-                        if (q4) {
-                            QTILE(qtile16, ah, QF_NIBBLES)
-                        } else if (w->narrow) {
-                            QTILE(qtile16, ah, QF_NARROW)
-                        } else {
-                            QTILE(qtile16, ah, QF_WIDE)
-                        }
-                    } else if (q4) {
-                        QTILE(qtile, as, QF_NIBBLES)
-                    } else if (w->q8) {
-                        QTILE(qtile, as, QF_Q8)
+        const int o_end = (g + 1) * QGROUP < d ? (g + 1) * QGROUP : d;
+        for (int r = 0; r < rows; r += 4) {
+            const int rb = rows - r < 4 ? rows - r : 4;
+            const int8_t *aq = s->aq + (size_t)r * n;
+            const float *ad = s->ad + (size_t)r * nb, *as = s->as + (size_t)r * nb;  /* r is a multiple of 4 */
+            const float *ai = s->ai + (size_t)r * nb;
+            const float *ah = s->ah + (size_t)r * 2 * nb;
+            for (int row = g * QGROUP; row < o_end; row += 2) {
+                const int ob = o_end - row < 2 ? o_end - row : 2;
+                qrow w2[2];
+                for (int i = 0; i < ob; i++)
+                    w2[i] = (qrow){(const unsigned char *)w->p + (size_t)(row + i) * qbytes,
+                                   w->scale + (size_t)(row + i) * ns, w->min + (size_t)(row + i) * ns};
+                /* decode streams W from memory once: ask for it early, within this thread's groups (the
+                 * next thread's rows would land in another core's L2) */
+                if (row + QPREFETCH + ob <= row_end) {
+                    const char *ahead[3] = {(const char *)w2[0].q + QPREFETCH * qbytes,
+                                            (const char *)(w2[0].scale + QPREFETCH * (size_t)ns),
+                                            (const char *)(w2[0].min + QPREFETCH * (size_t)ns)};
+                    const size_t len[3] = {ob * qbytes, ob * ns * sizeof(float), ob * ns * sizeof(float)};
+                    for (int k = 0; k < streams; k++)
+                        for (size_t off = 0; off < len[k]; off += 64) __builtin_prefetch(ahead[k] + off, 0, 2);
+                }
+                float *o = out + (size_t)r * d + row;
+                if (half) {
+                    if (q4) {
+                        QTILE(qtile16, ah, QF_NIBBLES)
                     } else if (w->narrow) {
-                        QTILE(qtile, as, QF_NARROW)
+                        QTILE(qtile16, ah, QF_NARROW)
                     } else {
-                        QTILE(qtile, as, QF_WIDE)
+                        QTILE(qtile16, ah, QF_WIDE)
                     }
+                } else if (q4) {
+                    QTILE(qtile, as, QF_NIBBLES)
+                } else if (w->q8) {
+                    QTILE(qtile, as, QF_Q8)
+                } else if (w->narrow) {
+                    QTILE(qtile, as, QF_NARROW)
+                } else {
+                    QTILE(qtile, as, QF_WIDE)
                 }
             }
+        }
     }
 }
 
@@ -874,6 +873,9 @@ void KERNEL(block_matmul)(float *out, const float *x, const matrix *w, int rows,
 #else
     const int paired = 0;
 #endif
+    /* A prefill's rows are quantized by every thread (done by one, it was a serial stretch of each
+     * matmul that the other threads waited out); a decode's few rows by the caller alone, which
+     * saves a wait between quantizing and the tiles. */
     const int split = par && rows >= QSPLIT_ROWS;
     block_job j = {out, x, w, s, rows, n, d, nb, q4, half, ns, n_groups, paired, qbytes};
     if (split) pool_run(team, threads, block_quantize_part, &j);

@@ -31,6 +31,9 @@ void pool_free(pool *p);
 void pool_run(pool *p, int n, pool_fn fn, void *arg);
 /* The team's threads, the caller's included; 1 for NULL. */
 int pool_size(const pool *p);
+/* Where thread tid of nt starts its share of n items (its share ends where tid + 1's starts):
+ * contiguous shares within one item of each other, as OpenMP's static schedule makes them. */
+static inline int pool_share(int n, int tid, int nt) { return (int)((long)tid * n / nt); }
 /* The cores this process may run on (its affinity mask: taskset, a container's cpuset), at least 1:
  * the engine's default team size. */
 int pool_cores(void);

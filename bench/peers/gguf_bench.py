@@ -53,6 +53,8 @@ from llamacpp_build import (  # noqa: E402
 )
 from smollm2 import MODEL_DIR, ensure_gguf  # noqa: E402
 
+from colibri.engine_threads import fixed_wait_env  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 FORMATS = ["Q4_1", "Q8_0", "BF16", "F32", "Q4_0", "Q4_K_M", "Q3_K_M", "Q2_K", "Q2_K-pure"]
 THREADS = [1, 2]
@@ -102,7 +104,7 @@ def llama_batched(path: Path, threads: int, binary: Path = LLAMA_BATCHED_BENCH) 
 def colibri(path: Path, kernels: str, threads: int, wait: str = "default") -> dict[str, float]:
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLIBRI_ISA": kernels}
     if wait != "default":  # else colibri's own choice (colibri/engine_threads.py)
-        env["COLIBRI_SPIN_US"] = "1000000" if wait == "active" else "0"
+        env.update(fixed_wait_env(spin=wait == "active"))
     out = subprocess.run([sys.executable, __file__, "--child", str(path), str(threads)], check=True,
                          capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
     got = json.loads(out.stdout.strip().splitlines()[-1])
