@@ -11,7 +11,7 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent
 SHIPPED_DIRS = ("spec", "schemas", "web")
-KERNEL_PATHS = ("portable", "avx2", "avxvnni", "avx512vnni")
+KERNEL_PATHS = ("portable", "avx2", "avxvnni", "avx512vnni", "avx512bf16")
 #: The instruction set the engine outside the matmul kernels (attention, norms, sampling) is
 #: compiled for: this machine's own by default. COLIBRI_MARCH=x86-64-v3 builds it for any AVX2
 #: CPU, so that with COLIBRI_ISA=avx2 the whole engine runs as on an AVX2-only machine (issue 52);

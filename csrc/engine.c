@@ -614,6 +614,7 @@ typedef struct {
     float *ad;       /* (cap rounded up to 4, max_in/32): each input block's scale, rows in fours: (r/4, block, r%4) */
     float *as;       /* (cap, max_in/32): each input block's scale * the sum of its quants */
     float *ai;       /* as, laid out as ad: (cap rounded up to 4, max_in/32), (r/4, block, r%4) */
+    uint16_t *ab;    /* (cap, max_in rounded up to even): a pair kernel's input rows as bfloat16 (W_BF16P) */
 } scratch;
 
 struct colibri_engine {
@@ -640,7 +641,7 @@ static void *xcalloc(size_t n, size_t size) { return n && size ? calloc(n, size)
 static void free_scratch(scratch *s) {
     free(s->x); free(s->xb); free(s->qkv);
     free(s->att_out); free(s->hb); free(s->gu); free(s->att);
-    free(s->aq); free(s->ad); free(s->as); free(s->ai); free(s->ah);
+    free(s->aq); free(s->ad); free(s->as); free(s->ai); free(s->ah); free(s->ab);
     memset(s, 0, sizeof *s);
 }
 
@@ -662,8 +663,9 @@ static int ensure_scratch(colibri_engine *e, int rows) {
     s->as = xcalloc(r * e->max_in / 32 + 1, sizeof(float));
     s->ai = xcalloc((r + 3) / 4 * 4 * e->max_in / 32, sizeof(float));
     s->ah = xcalloc(r * e->max_in / 16 + 1, sizeof(float));
+    s->ab = xcalloc(r * (size_t)(e->max_in + 1), sizeof(uint16_t));
     if (!s->x || !s->xb || !s->qkv || !s->att_out || !s->hb || !s->gu || !s->att || !s->aq || !s->ad || !s->as ||
-        !s->ai || !s->ah) {
+        !s->ai || !s->ah || !s->ab) {
         free_scratch(s);
         return COLIBRI_E_NOMEM;
     }
@@ -774,9 +776,9 @@ static void swiglu(float *h, const float *gate, const float *up, int n) {
 
 /* out (rows, d) = x (rows, n) @ W^T, whatever form W is kept in. */
 static void matmul(colibri_engine *e, float *out, const float *x, const matrix *w, int rows) {
-    const qinput q = {e->s.aq, e->s.ad, e->s.as, e->s.ai, e->s.ah};
+    const qinput q = {e->s.aq, e->s.ad, e->s.as, e->s.ai, e->s.ah, e->s.ab};
     if (w->kind == W_Q32 || w->kind == W_Q16) e->kernels->block_matmul(out, x, w, rows, e->pool, &q);
-    else e->kernels->panel_matmul(out, x, w, rows, e->pool);
+    else e->kernels->panel_matmul(out, x, w, rows, e->pool, &q);
 }
 
 /* ---- kernel paths (kernels.h): each compiled for its instruction set, chosen at load ---- */
@@ -787,6 +789,7 @@ static const kernel_set KERNEL_SETS[] = {
     [COLIBRI_KERNELS_AVX2] = {"avx2", panel_matmul_avx2, block_matmul_avx2},
     [COLIBRI_KERNELS_AVXVNNI] = {"avxvnni", panel_matmul_avxvnni, block_matmul_avxvnni},
     [COLIBRI_KERNELS_AVX512VNNI] = {"avx512vnni", panel_matmul_avx512vnni, block_matmul_avx512vnni},
+    [COLIBRI_KERNELS_AVX512BF16] = {"avx512bf16", panel_matmul_avx512bf16, block_matmul_avx512bf16},
 #endif
 };
 
@@ -797,13 +800,14 @@ int colibri_kernels_runs(int path) {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();
     const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+                       && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+                       && __builtin_cpu_supports("avx512vnni");
     switch (path) {
     case COLIBRI_KERNELS_AVX2: return avx2;
     case COLIBRI_KERNELS_AVXVNNI: return avx2 && __builtin_cpu_supports("avxvnni");
-    case COLIBRI_KERNELS_AVX512VNNI:
-        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-               && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
-               && __builtin_cpu_supports("avx512vnni");
+    case COLIBRI_KERNELS_AVX512VNNI: return avx512;
+    case COLIBRI_KERNELS_AVX512BF16: return avx512 && __builtin_cpu_supports("avx512bf16");
     }
 #endif
     return 0;
@@ -811,7 +815,7 @@ int colibri_kernels_runs(int path) {
 
 /* The widest path this CPU runs that is not wider than `cap` (COLIBRI_KERNELS_BEST: no cap). */
 static int cpu_kernel_path(int cap) {
-    int path = COLIBRI_KERNELS_AVX512VNNI;
+    int path = COLIBRI_KERNELS_AVX512BF16;
     if (cap != COLIBRI_KERNELS_BEST && cap < path) path = cap;
     while (path > COLIBRI_KERNELS_PORTABLE && !colibri_kernels_runs(path)) path--;
     return path;
@@ -1203,24 +1207,30 @@ static int bind_table(const tensor_info *ts, int nt, const char *data, size_t da
 }
 
 /* Repacks W (d, n) into the engine's own panels (see `matrix`), of floats or of bfloat16 (the
- * values must then be bfloat16 values: their low 16 bits are dropped). W may be several
- * matrices stacked by rows (src[0] with d_of[0] rows, then src[1], ...): a fused projection. */
+ * values must then be bfloat16 values: their low 16 bits are dropped), as pairs (W_BF16P) when
+ * the kernel path multiplies bfloat16 pairs. W may be several matrices stacked by rows (src[0]
+ * with d_of[0] rows, then src[1], ...): a fused projection. */
 static int pack(colibri_engine *e, const float *const *src, const long *d_of, int n_src, long n, wkind kind,
                 matrix *out) {
     long d = 0;
     for (int i = 0; i < n_src; i++) d += d_of[i];
-    const size_t esize = kind == W_BF16 ? sizeof(uint16_t) : sizeof(float);
-    size_t n_panels = (size_t)(d + PANEL - 1) / PANEL, size = n_panels * (size_t)n * PANEL * esize;
+    if (kind == W_BF16 && e->kernel_path == COLIBRI_KERNELS_AVX512BF16) kind = W_BF16P;
+    const int bf16 = kind == W_BF16 || kind == W_BF16P;
+    const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float), steps = kind == W_BF16P ? (size_t)(n + 1) / 2 * 2 : (size_t)n;
+    size_t n_panels = (size_t)(d + PANEL - 1) / PANEL, size = n_panels * steps * PANEL * esize;
     char *p = aligned_alloc(64, size);  /* size is a multiple of 32: PANEL elements per row */
     if (!p) return COLIBRI_E_NOMEM;
     memset(p, 0, size);
     long col = 0;
     for (int i = 0; i < n_src; i++)
         for (long row = 0; row < d_of[i]; row++, col++) {
-            size_t at = (size_t)(col / PANEL) * n * PANEL + col % PANEL;
-            for (long j = 0; j < n; j++, at += PANEL) {
+            /* element j of column col: panels (col / 16, steps, 16), or pairs (col / 16, steps / 2, 16, 2) */
+            const size_t panel = (size_t)(col / PANEL) * steps * PANEL, c = (size_t)(col % PANEL);
+            for (long j = 0; j < n; j++) {
+                const size_t at = kind == W_BF16P ? panel + ((size_t)j / 2 * PANEL + c) * 2 + (size_t)j % 2
+                                                  : panel + (size_t)j * PANEL + c;
                 float v = src[i][(size_t)row * n + j];
-                if (kind == W_BF16) {
+                if (bf16) {
                     uint32_t bits;
                     memcpy(&bits, &v, 4);
                     ((uint16_t *)p)[at] = (uint16_t)(bits >> 16);
@@ -1339,7 +1349,7 @@ static int check_config(const colibri_config *c) {
         || c->vocab_size <= 0 || c->n_ctx <= 0 || c->n_heads % c->n_kv_heads
         || hs <= 0 || hs % 2 || c->rope_theta <= 0 || c->norm_eps <= 0)
         return COLIBRI_E_CONFIG;
-    if (c->kernels < COLIBRI_KERNELS_BEST || c->kernels > COLIBRI_KERNELS_AVX512VNNI) return COLIBRI_E_ARG;
+    if (c->kernels < COLIBRI_KERNELS_BEST || c->kernels > COLIBRI_KERNELS_AVX512BF16) return COLIBRI_E_ARG;
     if (c->rope_inv_freq)
         for (int i = 0; i < hs / 2; i++)
             if (!(c->rope_inv_freq[i] > 0) || !isfinite(c->rope_inv_freq[i])) return COLIBRI_E_CONFIG;

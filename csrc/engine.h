@@ -8,7 +8,8 @@
  * Model: RMSNorm, rotary position embedding in the rotate-half (Hugging Face) convention,
  * grouped-query attention, SwiGLU MLP, tied or untied output embedding. Weights come from
  * one safetensors or GGUF file. F32 and F16 matrices compute in F32; BF16 matrices stay
- * BF16 and widen to F32 in the kernel (identical results); GGUF block types (Q8_0, Q4_0,
+ * BF16 and widen to F32 in the kernel (identical results), except on a CPU with AVX-512 BF16,
+ * where they multiply inputs rounded to bfloat16 (COLIBRI_KERNELS_AVX512BF16); GGUF block types (Q8_0, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay quantized and multiply integer dot products against
  * inputs quantized per 32-value block (see kernels.c: block kernels). Norms, attention and
  * logits are F32.
@@ -45,13 +46,16 @@ extern "C" {
 #define COLIBRI_MAX_TOP_K 32
 
 /* Kernel paths, narrowest first: the instruction set the matmul kernels are compiled for. Each
- * computes the same sums (up to float rounding order); see colibri_config.kernels. */
+ * computes the same sums (up to float rounding order), but avx512bf16 on BF16 matrices; see
+ * colibri_config.kernels. */
 #define COLIBRI_KERNELS_BEST        0  /* as a cap: none, the widest path this CPU runs */
 #define COLIBRI_KERNELS_PORTABLE    1  /* plain C loops: any CPU (ARM runs these: no NEON kernels yet;
                                           * tested on aarch64 under QEMU only, tests/test_arm_portable.py) */
 #define COLIBRI_KERNELS_AVX2        2  /* x86 AVX2 + FMA */
 #define COLIBRI_KERNELS_AVXVNNI     3  /* AVX2 + FMA + AVX-VNNI (256-bit int8 dot products) */
 #define COLIBRI_KERNELS_AVX512VNNI  4  /* AVX-512 F/BW/VL/DQ + VNNI */
+#define COLIBRI_KERNELS_AVX512BF16  5  /* avx512vnni + AVX-512 BF16: BF16 matrices multiply inputs rounded
+                                          * to bfloat16 (as llama.cpp's do), not exact floats */
 
 /* prefill flags */
 #define COLIBRI_PREFILL_NO_REUSE   1   /* recompute from position 0 even if the slot holds a matching prefix */

@@ -263,9 +263,128 @@ static void panel_part(void *arg, int tid, int nt) {
     }
 }
 
+/* ---- bfloat16 pairs (W_BF16P, the avx512bf16 path) ----
+ *
+ * vdpbf16ps multiplies 32 bfloat16 pairs into 16 float sums: for each lane, acc + w0 * x0 + w1 * x1
+ * with the products exact. A step takes inputs j and j + 1 of every row at once (one 32-bit
+ * broadcast) against one 64-byte line of each panel. On AMD Zen 4, one thread, SmolLM2's MLP
+ * matrices: 2.3x the F32 tile from 4 rows and 512, 2.0x for 1 row (bench/kernels/bf16_dot.c,
+ * BENCHMARKS.md "BF16 pairs"). Each output column is one lane's sequential sum over the steps
+ * whatever the batch, so batched rows and prefix reuse stay bit-identical to single steps. */
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+
+/* x (rows, n) floats -> xb (rows, 2 * ceil(n / 2)) bfloat16, rounded to nearest even by the
+ * instruction itself (a row's tail is read masked and padded with zeros), so every input takes
+ * the same rounding. */
+static void round_rows_bf16(uint16_t *xb, const float *x, int rows, int n) {
+    const int n2 = 2 * ((n + 1) / 2);
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        uint16_t *o = xb + (size_t)r * n2;
+        for (int i = 0; i < n2; i += 32) {
+            const int left = n - i;
+            const __mmask16 lo = left >= 16 ? 0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            const __mmask16 hi = left >= 32 ? 0xFFFF : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
+            const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, xr + i + 16), _mm512_maskz_loadu_ps(lo, xr + i));
+            const int keep = n2 - i < 32 ? n2 - i : 32;  /* n2 is even: whole pairs */
+            _mm512_mask_storeu_epi16(o + i, keep == 32 ? 0xFFFFFFFFu : (__mmask32)((1u << keep) - 1), (__m512i)v);
+        }
+    }
+}
+
+/* RB rounded input rows (stride n2 values) against CB pair panels of n2 / 2 steps each. */
+static inline __attribute__((always_inline)) void tile_pairs(float *out, const uint16_t *xb, const uint16_t *pan,
+                                                           int n2, int d, int col0, int RB, int CB) {
+    const int steps = n2 / 2;
+    __m512 acc[4][4];
+    for (int r = 0; r < RB; r++)
+        for (int c = 0; c < CB; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int jp = 0; jp < steps; jp++) {
+        __m512bh w[4];
+        for (int c = 0; c < CB; c++) {
+            const uint16_t *line = pan + ((size_t)c * steps + jp) * 2 * PANEL;  /* one 64-byte line a step */
+            __builtin_prefetch((const void *)((uintptr_t)line + PANEL_AHEAD), 0, 2);
+            w[c] = (__m512bh)_mm512_load_si512((const void *)line);
+        }
+        for (int r = 0; r < RB; r++) {
+            uint32_t pair;
+            memcpy(&pair, xb + (size_t)r * n2 + 2 * jp, sizeof pair);
+            const __m512bh xr = (__m512bh)_mm512_set1_epi32((int)pair);
+            for (int c = 0; c < CB; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], w[c], xr);
+        }
+    }
+    for (int r = 0; r < RB; r++)
+        for (int c = 0; c < CB; c++) {
+            const int col = col0 + c * PANEL, keep = d - col < PANEL ? d - col : PANEL;
+            memcpy(out + (size_t)r * d + col, &acc[r][c], sizeof(float) * (size_t)keep);
+        }
+}
+
+#define PAIR_COLS(RB)                                                                           \
+    switch (cb) {                                                                               \
+    case 4: tile_pairs(o, xr, pan, n2, d, col0, RB, 4); break;                                  \
+    case 3: tile_pairs(o, xr, pan, n2, d, col0, RB, 3); break;                                  \
+    case 2: tile_pairs(o, xr, pan, n2, d, col0, RB, 2); break;                                  \
+    default: tile_pairs(o, xr, pan, n2, d, col0, RB, 1); break;                                 \
+    }
+
+/* group_rows for pair panels: the rows four at a time against the group's cb panels. */
+static void group_pairs(float *out, const uint16_t *xb, const uint16_t *pan, int n2, int d, int col0, int rows,
+                        int cb) {
+    for (int r = 0; r < rows; r += 4) {
+        const uint16_t *xr = xb + (size_t)r * n2;
+        float *o = out + (size_t)r * d;
+        switch (rows - r < 4 ? rows - r : 4) {
+        case 4: PAIR_COLS(4) break;
+        case 3: PAIR_COLS(3) break;
+        case 2: PAIR_COLS(2) break;
+        default: PAIR_COLS(1) break;
+        }
+    }
+}
+#undef PAIR_COLS
+
+typedef struct {
+    float *out; const uint16_t *xb; const matrix *w;
+    int rows, n2, d, n_panels, n_groups;
+} pair_job;
+
+static void pair_part(void *arg, int tid, int nt) {
+    const pair_job *j = arg;
+    const int g0 = pool_share(j->n_groups, tid, nt), g1 = pool_share(j->n_groups, tid + 1, nt);
+    for (int g = g0; g < g1; g++) {
+        const int cb = j->n_panels - 4 * g < 4 ? j->n_panels - 4 * g : 4;
+        const uint16_t *pan = (const uint16_t *)j->w->p + (size_t)4 * g * j->n2 * PANEL;
+        group_pairs(j->out, j->xb, pan, j->n2, j->d, 4 * g * PANEL, j->rows, cb);
+    }
+}
+
+/* W_BF16P: the inputs rounded once, into the scratch's q->ab (by the calling thread: rows * n
+ * conversions against rows * n * d products), then the groups of four panels split as panel_part
+ * splits them. */
+static void pair_matmul(float *out, const float *x, const matrix *w, int rows, pool *team, uint16_t *xb) {
+    const int n = w->n, d = w->d, n2 = 2 * ((n + 1) / 2), n_panels = (d + PANEL - 1) / PANEL;
+    round_rows_bf16(xb, x, rows, n);
+    pair_job j = {out, xb, w, rows, n2, d, n_panels, (n_panels + 3) / 4};
+    const int threads = pool_size(team);
+    if (threads > 1 && j.n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK) pool_run(team, threads, pair_part, &j);
+    else pair_part(&j, 0, 1);
+}
+#endif
+
 /* out (rows, d) = x (rows, n) @ W^T on panels. Threads split the output columns in groups of
- * four panels (group_rows). */
-void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows, pool *team) {
+ * four panels (group_rows). W_BF16P reaches only the avx512bf16 path (engine.c packs it for no
+ * other). */
+void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows, pool *team, const qinput *q) {
+#if defined(__AVX512BF16__)
+    if (w->kind == W_BF16P) {
+        pair_matmul(out, x, w, rows, team, q->ab);
+        return;
+    }
+#else
+    (void)q;
+#endif
     const int threads = pool_size(team);
     const int n = w->n, d = w->d, n_panels = (d + PANEL - 1) / PANEL, n_groups = (n_panels + 3) / 4;
     const int bf16 = w->kind == W_BF16, widen = bf16 && rows >= WIDEN_ROWS;

@@ -23,6 +23,7 @@ cdef extern from "engine.h" nogil:
     int COLIBRI_KERNELS_AVX2
     int COLIBRI_KERNELS_AVXVNNI
     int COLIBRI_KERNELS_AVX512VNNI
+    int COLIBRI_KERNELS_AVX512BF16
 
     ctypedef struct colibri_config:
         int dim

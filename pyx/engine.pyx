@@ -21,7 +21,8 @@ SPIN_US_DEFAULT = POOL_SPIN_US
 SPIN_US_MAX = POOL_SPIN_MAX_US
 #: kernel path name -> COLIBRI_KERNELS_* number, narrowest first ("best": no cap)
 KERNEL_PATHS = {"best": COLIBRI_KERNELS_BEST, "portable": COLIBRI_KERNELS_PORTABLE, "avx2": COLIBRI_KERNELS_AVX2,
-                "avxvnni": COLIBRI_KERNELS_AVXVNNI, "avx512vnni": COLIBRI_KERNELS_AVX512VNNI}
+                "avxvnni": COLIBRI_KERNELS_AVXVNNI, "avx512vnni": COLIBRI_KERNELS_AVX512VNNI,
+                "avx512bf16": COLIBRI_KERNELS_AVX512BF16}
 
 
 def kernels_available():

