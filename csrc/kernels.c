@@ -347,28 +347,30 @@ static void group_pairs(float *out, const uint16_t *xb, const uint16_t *pan, int
 
 typedef struct {
     float *out; const uint16_t *xb; const matrix *w;
-    int rows, n2, d, n_panels, n_groups;
+    int rows, n2, d, n_panels;
 } pair_job;
 
+/* Threads split the panels, not groups of four: a layer's narrow matrices have few groups
+ * (SmolLM2's 576 outputs are 9), and a decode step, held by memory, waits for the thread with
+ * the most bytes. */
 static void pair_part(void *arg, int tid, int nt) {
     const pair_job *j = arg;
-    const int g0 = pool_share(j->n_groups, tid, nt), g1 = pool_share(j->n_groups, tid + 1, nt);
-    for (int g = g0; g < g1; g++) {
-        const int cb = j->n_panels - 4 * g < 4 ? j->n_panels - 4 * g : 4;
-        const uint16_t *pan = (const uint16_t *)j->w->p + (size_t)4 * g * j->n2 * PANEL;
-        group_pairs(j->out, j->xb, pan, j->n2, j->d, 4 * g * PANEL, j->rows, cb);
+    const int p0 = pool_share(j->n_panels, tid, nt), p1 = pool_share(j->n_panels, tid + 1, nt);
+    for (int q = p0; q < p1; q += 4) {
+        const int cb = p1 - q < 4 ? p1 - q : 4;
+        const uint16_t *pan = (const uint16_t *)j->w->p + (size_t)q * j->n2 * PANEL;
+        group_pairs(j->out, j->xb, pan, j->n2, j->d, q * PANEL, j->rows, cb);
     }
 }
 
 /* W_BF16P: the inputs rounded once, into the scratch's q->ab (by the calling thread: rows * n
- * conversions against rows * n * d products), then the groups of four panels split as panel_part
- * splits them. */
+ * conversions against rows * n * d products), then the panels split among the team. */
 static void pair_matmul(float *out, const float *x, const matrix *w, int rows, pool *team, uint16_t *xb) {
     const int n = w->n, d = w->d, n2 = 2 * ((n + 1) / 2), n_panels = (d + PANEL - 1) / PANEL;
     round_rows_bf16(xb, x, rows, n);
-    pair_job j = {out, xb, w, rows, n2, d, n_panels, (n_panels + 3) / 4};
+    pair_job j = {out, xb, w, rows, n2, d, n_panels};
     const int threads = pool_size(team);
-    if (threads > 1 && j.n_groups > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK) pool_run(team, threads, pair_part, &j);
+    if (threads > 1 && n_panels > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK) pool_run(team, threads, pair_part, &j);
     else pair_part(&j, 0, 1);
 }
 #endif
