@@ -813,10 +813,25 @@ int colibri_kernels_runs(int path) {
     return 0;
 }
 
-/* The widest path this CPU runs that is not wider than `cap` (COLIBRI_KERNELS_BEST: no cap). */
+/* Whether the BF16 pairs are this CPU's default where it runs them: measured faster than widening
+ * on AMD (Zen 4: 2.0-2.3x the float tile from one row to 512, bench/kernels/bf16_dot.c), slower on
+ * the Intel Xeon measured (family 6 model 207: 0.67-0.85x the widening tile from four rows), so
+ * not on Intel or any CPU not measured; COLIBRI_ISA=avx512bf16 still gives them there. */
+static int pairs_by_default(void) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd");
+#else
+    return 0;
+#endif
+}
+
+/* The widest path this CPU runs that is not wider than `cap`; COLIBRI_KERNELS_BEST (no cap): the
+ * widest, but avx512bf16 only where pairs_by_default. */
 static int cpu_kernel_path(int cap) {
     int path = COLIBRI_KERNELS_AVX512BF16;
     if (cap != COLIBRI_KERNELS_BEST && cap < path) path = cap;
+    if (cap == COLIBRI_KERNELS_BEST && !pairs_by_default()) path = COLIBRI_KERNELS_AVX512VNNI;
     while (path > COLIBRI_KERNELS_PORTABLE && !colibri_kernels_runs(path)) path--;
     return path;
 }

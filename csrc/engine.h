@@ -48,7 +48,7 @@ extern "C" {
 /* Kernel paths, narrowest first: the instruction set the matmul kernels are compiled for. Each
  * computes the same sums (up to float rounding order), but avx512bf16 on BF16 matrices; see
  * colibri_config.kernels. */
-#define COLIBRI_KERNELS_BEST        0  /* as a cap: none, the widest path this CPU runs */
+#define COLIBRI_KERNELS_BEST        0  /* as a cap: none, the path colibri_kernels_available names */
 #define COLIBRI_KERNELS_PORTABLE    1  /* plain C loops: any CPU (ARM runs these: no NEON kernels yet;
                                           * tested on aarch64 under QEMU only, tests/test_arm_portable.py) */
 #define COLIBRI_KERNELS_AVX2        2  /* x86 AVX2 + FMA */
@@ -82,8 +82,8 @@ typedef struct {
      * are measured against, at 2-8x the memory). */
     int dequantize;
     /* A cap on the kernel path (COLIBRI_KERNELS_*): the widest path the CPU runs that is not wider
-     * than this one (so a path the CPU lacks gives a narrower one); COLIBRI_KERNELS_BEST (0): no cap. To measure or test a narrower CPU's path on
-     * a wider one. colibri_load returns COLIBRI_E_ARG for a value outside the list. */
+     * than this one (so a path the CPU lacks gives a narrower one); COLIBRI_KERNELS_BEST (0): no cap,
+     * colibri_kernels_available's path. To measure or test a narrower CPU's path on a wider one. colibri_load returns COLIBRI_E_ARG for a value outside the list. */
     int kernels;
 } colibri_config;
 
@@ -142,7 +142,8 @@ const colibri_config *colibri_get_config(const colibri_engine *e);
 int colibri_threads(const colibri_engine *e);
 /* The kernel path the engine runs (COLIBRI_KERNELS_*, never BEST). */
 int colibri_kernels(const colibri_engine *e);
-/* The widest kernel path this CPU runs. */
+/* The kernel path the engine runs uncapped: the widest this CPU runs, but avx512bf16 (which changes
+ * a BF16 model's sums) only on a CPU where it was measured faster (engine.c, pairs_by_default). */
 int colibri_kernels_available(void);
 /* 1 if this CPU runs kernel path `path`, else 0. The paths are not nested: a CPU may run a wider one
  * and not a narrower (AMD Zen 4 runs avx512vnni, not avxvnni). */

@@ -2,7 +2,8 @@
 `gguf` writer, the way its converter writes them (llama.cpp tensor names, dims fastest
 first, q/k rows in the interleaved RoPE order), in F32, F16, BF16, Q8_0, Q4_0 and Q4_1.
 Expanded to F32, the engine's logits must equal the NumPy reference run on the same weights
-dequantized; kept as stored (the default), BF16 must compute exactly that too and the block
+dequantized; kept as stored (the default), BF16 must compute exactly that too (on the kernel
+paths that widen it; avx512bf16's bfloat16 pairs are tests/test_kernel_paths.py's) and the block
 types must compute it with block-rounded inputs, within a stated error;
 the tokenizer rebuilt from the metadata must tokenize like the vocabulary says; a damaged
 header must be refused by name, never crash."""

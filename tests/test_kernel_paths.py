@@ -34,7 +34,7 @@ from test_gguf import (  # noqa: E402
 )
 
 PATHS = [p for p in _engine.KERNEL_PATHS if p != "best"]  # narrowest first
-WIDEST = _engine.kernels_available()
+WIDEST = _engine.kernels_available()  # the uncapped default: the widest but avx512bf16 off AMD
 RUNNABLE = _engine.kernels_runnable()
 
 
@@ -145,8 +145,9 @@ def test_batched_decode_is_bit_identical_on_every_path(tmp_path, kernel_path, qt
 
 def test_a_cap_wider_than_the_cpu_gives_its_widest_and_an_unknown_name_is_refused(tmp_path, monkeypatch):
     path, _ = write_gguf(tmp_path, Q.Q8_0)
+    assert Model(path).engine(1, 1).kernels == WIDEST  # uncapped: the CPU's default
     monkeypatch.setenv("COLIBRI_ISA", PATHS[-1])
-    assert Model(path).engine(1, 1).kernels == WIDEST
+    assert Model(path).engine(1, 1).kernels == RUNNABLE[-1]
     # every cap gives the widest path this CPU runs that is not wider: a path it lacks (avxvnni on
     # Zen 4, which has AVX-512 VNNI) gives a narrower one, never an illegal instruction
     for cap in PATHS:
@@ -173,6 +174,18 @@ def test_the_runnable_paths_are_the_cpus_flags_not_a_ladder() -> None:
     assert RUNNABLE == ["portable", *(p for p in PATHS[1:] if CPU_FLAGS[p] <= flags)]
 
 
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") or not Path("/proc/cpuinfo").exists(),
+                    reason="reads the x86 vendor in /proc/cpuinfo")
+def test_the_default_takes_the_bf16_pairs_only_on_amd() -> None:
+    """Uncapped, the engine runs the widest path, but avx512bf16 (which rounds a BF16 model's
+    inputs) only on AMD, where its pairs were measured faster (Zen 4); on the Intel Xeon measured
+    they were slower than widening, so there the default stops at avx512vnni."""
+    vendor = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("vendor_id"))
+    amd = vendor.split(":", 1)[1].strip() == "AuthenticAMD"
+    widest = RUNNABLE[-1]
+    assert WIDEST == (widest if amd or widest != "avx512bf16" else "avx512vnni")
+
+
 def test_the_start_up_words_name_the_path_the_cap_and_a_build_for_another_cpu(tmp_path, monkeypatch):
     """kernels_note is what `colibri serve` prints: the path, whether COLIBRI_ISA capped it, and the
     -march of the rest of the engine when the build set COLIBRI_MARCH (setup.py)."""
@@ -190,8 +203,8 @@ def test_the_start_up_words_name_the_path_the_cap_and_a_build_for_another_cpu(tm
         assert kernels_note(eng) == f"kernels portable (COLIBRI_ISA=portable; this CPU runs {', '.join(RUNNABLE)}){built}"
     monkeypatch.delenv("COLIBRI_ISA", raising=False)
     widest = Model(path).engine(1, 1)
-    assert kernels_note(widest) == f"kernels {WIDEST} (the widest this CPU runs; COLIBRI_ISA caps it){built}"
+    assert kernels_note(widest) == f"kernels {WIDEST} (this CPU's default; COLIBRI_ISA caps it){built}"
     v3 = SimpleNamespace(kernels_available=lambda: WIDEST, build_march=lambda: "x86-64-v3")
     monkeypatch.setattr(engine_threads, "load_engine_module", lambda: v3)
-    assert kernels_note(widest) == (f"kernels {WIDEST} (the widest this CPU runs; COLIBRI_ISA caps it); "
+    assert kernels_note(widest) == (f"kernels {WIDEST} (this CPU's default; COLIBRI_ISA caps it); "
                                     "the rest of the engine built for -march=x86-64-v3 (COLIBRI_MARCH)")

@@ -1,19 +1,22 @@
 /*
  * Would an AVX-512 BF16 kernel pay? (issue 52, point 2: kernels measured, not assumed.)
  *
- * The engine keeps BF16 weights as bfloat16 panels and widens them to floats inside the panel
- * kernel (csrc/kernels.c, `tile`): an exact product against float inputs. A CPU with AVX-512 BF16
- * (Intel Cooper Lake and later, AMD Zen 4 and later) has vdpbf16ps, which multiplies 32 bfloat16
- * pairs per instruction straight into 16 float sums, as llama.cpp's BF16 dot product does; it
- * needs the inputs rounded to bfloat16 too, and the weights stored as pairs along the input
- * axis. This program times the two on one matmul of the engine's shapes, one thread, and
- * checks that both compute the product it should (the pair kernel against the widening one on
- * inputs rounded the same way), so that a CPU where the pair kernel wins shows it.
+ * Without AVX-512 BF16 the engine keeps BF16 weights as bfloat16 panels and widens them to floats
+ * inside the panel kernel (csrc/kernels.c, `tile`), or for 16 rows or more once a matmul into
+ * float panels: an exact product against float inputs. A CPU with AVX-512 BF16 (Intel Cooper
+ * Lake and later, AMD Zen 4 and later) has vdpbf16ps, which multiplies 32 bfloat16 pairs per
+ * instruction straight into 16 float sums, as llama.cpp's BF16 dot product does; it needs the
+ * inputs rounded to bfloat16 too, and the weights stored as pairs along the input axis (the
+ * engine's avx512bf16 path since 2026-12-06). This program times three kernels on one matmul of
+ * the engine's shapes, one thread: widening every four rows, the float tile on panels widened
+ * beforehand (what a 16-row matmul runs without the pairs), and the pairs; and checks that the
+ * pair kernel computes what the widening one computes on inputs rounded the same way.
  *
  *     gcc -O3 -march=native bench/kernels/bf16_dot.c -o /tmp/bf16_dot && /tmp/bf16_dot
  *
  * Prints, per shape and row count: best-of-5 microseconds per matmul for each kernel and the
- * ratio widen / pairs (above 1: the pair kernel is faster). Exits 2 without AVX-512 BF16.
+ * ratios widen / pairs and floats / pairs (above 1: the pair kernel is faster). Exits 2 without
+ * AVX-512 BF16.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -43,6 +46,24 @@ static inline __attribute__((always_inline)) void tile_widen(float *out, const f
             __m256i h = _mm256_loadu_si256((const __m256i *)(pan + ((size_t)c * n + j) * PANEL));
             w[c] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
         }
+        for (int r = 0; r < RB; r++) {
+            __m512 xr = _mm512_set1_ps(x[(size_t)r * n + j]);
+            for (int c = 0; c < CB; c++) acc[r][c] = _mm512_fmadd_ps(w[c], xr, acc[r][c]);
+        }
+    }
+    for (int r = 0; r < RB; r++)
+        for (int c = 0; c < CB; c++) _mm512_storeu_ps(out + (size_t)r * d + col0 + c * PANEL, acc[r][c]);
+}
+
+/* Panels already widened to floats: the same tile without the widening. */
+static inline __attribute__((always_inline)) void tile_floats(float *out, const float *x, const float *pan, int n,
+                                                            int d, int col0, int RB, int CB) {
+    __m512 acc[4][4];
+    for (int r = 0; r < RB; r++)
+        for (int c = 0; c < CB; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        __m512 w[4];
+        for (int c = 0; c < CB; c++) w[c] = _mm512_loadu_ps(pan + ((size_t)c * n + j) * PANEL);
         for (int r = 0; r < RB; r++) {
             __m512 xr = _mm512_set1_ps(x[(size_t)r * n + j]);
             for (int c = 0; c < CB; c++) acc[r][c] = _mm512_fmadd_ps(w[c], xr, acc[r][c]);
@@ -83,6 +104,14 @@ static void matmul_widen(float *out, const float *x, const uint16_t *p, int n, i
     }
 }
 
+static void matmul_floats(float *out, const float *x, const float *p, int n, int d, int rows) {
+    for (int g = 0; g < d / 64; g++) {
+        const float *pan = p + (size_t)4 * g * n * PANEL;
+        if (rows == 1) tile_floats(out, x, pan, n, d, 64 * g, 1, 4);
+        else for (int r = 0; r < rows; r += 4) tile_floats(out + (size_t)r * d, x + (size_t)r * n, pan, n, d, 64 * g, 4, 4);
+    }
+}
+
 static void matmul_pairs(float *out, const float *x, uint16_t *xb, const uint16_t *p, int n, int d, int rows) {
     for (size_t i = 0; i < (size_t)rows * n; i += 32) {  /* round the inputs: n a multiple of 32 */
         __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
@@ -112,6 +141,7 @@ static double run(int n, int d, int rows) {
     uint16_t *w = malloc(sizeof *w * (size_t)n * d), *panels = aligned_alloc(64, sizeof *w * (size_t)n * d),
              *pairs = aligned_alloc(64, sizeof *w * (size_t)n * d), *xb = aligned_alloc(64, sizeof *xb * (size_t)rows * n);
     float *x = aligned_alloc(64, sizeof *x * (size_t)rows * n), *xr = malloc(sizeof *xr * (size_t)rows * n),
+          *floats = aligned_alloc(64, sizeof *floats * (size_t)n * d),
           *o1 = aligned_alloc(64, sizeof *o1 * (size_t)rows * d), *o2 = aligned_alloc(64, sizeof *o2 * (size_t)rows * d);
     srand(7);
     for (size_t i = 0; i < (size_t)n * d; i++) w[i] = to_bf16(((float)rand() / RAND_MAX - 0.5f) * 0.1f);
@@ -125,6 +155,7 @@ static double run(int n, int d, int rows) {
             panels[(q * n + j) * PANEL + c] = w[(size_t)o * n + j];
             pairs[((q * (n / 2) + j / 2) * PANEL + c) * 2 + j % 2] = w[(size_t)o * n + j];
         }
+    for (size_t i = 0; i < (size_t)n * d; i++) floats[i] = from_bf16(panels[i]);
     /* same product: the widening kernel on the rounded inputs against the pair kernel */
     matmul_widen(o1, xr, panels, n, d, rows);
     matmul_pairs(o2, x, xb, pairs, n, d, rows);
@@ -135,7 +166,7 @@ static double run(int n, int d, int rows) {
     }
     if (worst > 1e-4) printf("  pair kernel differs: worst relative error %.2g\n", worst);
     int iters = rows == 1 ? 2000 : 20;
-    double bw = 1e9, bp = 1e9;
+    double bw = 1e9, bp = 1e9, bf = 1e9;
     for (int rep = 0; rep < 5; rep++) {
         double t = now();
         for (int i = 0; i < iters; i++) matmul_widen(o1, x, panels, n, d, rows);
@@ -143,11 +174,16 @@ static double run(int n, int d, int rows) {
         t = now();
         for (int i = 0; i < iters; i++) matmul_pairs(o2, x, xb, pairs, n, d, rows);
         double tp = (now() - t) / iters;
+        t = now();
+        for (int i = 0; i < iters; i++) matmul_floats(o1, x, floats, n, d, rows);
+        double tf = (now() - t) / iters;
         bw = tw < bw ? tw : bw;
+        bf = tf < bf ? tf : bf;
         bp = tp < bp ? tp : bp;
     }
-    printf("| %d x %d | %d | %.1f | %.1f | %.2f× |\n", d, n, rows, bw * 1e6, bp * 1e6, bw / bp);
-    free(w); free(panels); free(pairs); free(xb); free(x); free(xr); free(o1); free(o2);
+    printf("| %d x %d | %d | %.1f | %.1f | %.1f | %.2f× | %.2f× |\n", d, n, rows, bw * 1e6, bf * 1e6, bp * 1e6, bw / bp,
+           bf / bp);
+    free(floats); free(w); free(panels); free(pairs); free(xb); free(x); free(xr); free(o1); free(o2);
     return bw / bp;
 }
 
@@ -158,7 +194,8 @@ int main(void) {
         return 2;
     }
     /* SmolLM2-135M's matrices: the MLP's up projection (1536 x 576) and down (576 x 1536) */
-    printf("| W (d x n) | rows | widen µs | pairs µs | widen / pairs |\n|---|---|---|---|---|\n");
+    printf("| W (d x n) | rows | widen µs | floats µs | pairs µs | widen / pairs | floats / pairs |\n"
+           "|---|---|---|---|---|---|---|\n");
     const int shapes[2][2] = {{1536, 576}, {576, 1536}}, rows[3] = {1, 4, 512};
     for (int s = 0; s < 2; s++)
         for (int r = 0; r < 3; r++) run(shapes[s][1], shapes[s][0], rows[r]);
