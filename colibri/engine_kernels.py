@@ -1,4 +1,4 @@
-"""Which kernel path the engine's matmuls run: the widest this CPU has, or one capped by
+"""Which kernel path the engine's matmuls run: this CPU's default, or one capped by
 COLIBRI_ISA (issue 52), so that every path can be tested and measured on one machine.
 
     COLIBRI_ISA=portable|avx2|avxvnni|avx512vnni|avx512bf16   (unset or "best": no cap)

@@ -28,7 +28,8 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
 NORMAL, CONTROL, USER_DEFINED = 1, 3, 4  # llama.cpp's token types
 
 #: Tensor types the engine keeps as stored (csrc/engine.c: bind_matrix: block types run on
-#: integer kernels, BF16 widens in the kernel); F32 and F16 compute in F32.
+#: integer kernels, BF16 widens in the kernel or, on the avx512bf16 path, multiplies bfloat16
+#: pairs); F32 and F16 compute in F32.
 KEPT_TYPES = ("BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 READABLE_TYPES = ("F32", "F16", *KEPT_TYPES)
 

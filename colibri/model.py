@@ -21,7 +21,8 @@ from .engine_errors import ConfigMismatchError, WeightsIOError
 from .paths import EMBEDDED_MODEL
 
 #: Stored bits per weight (scales included) of the GGUF block types that lose enough to change a
-#: small model's answers; Q8_0 (8.5) and BF16 are left out: their answers agree with F32's.
+#: small model's answers; Q8_0 (8.5) and BF16 are left out: their answers agree with F32's (BF16's
+#: exactly but on the avx512bf16 kernel path, which rounds its inputs: quality_note says so).
 BITS_PER_WEIGHT = {"Q2_K": 2.6, "Q3_K": 3.4, "Q4_0": 4.5, "Q4_K": 4.5, "Q4_1": 5.0, "Q5_0": 5.5, "Q5_K": 5.5,
                    "Q5_1": 6.0, "Q6_K": 6.6}
 
@@ -254,19 +255,36 @@ class Model:
             "32-value block; --dequantize for exact F32)")
         return f"GGUF tensors {types}; {how}"
 
-    def quality_note(self, dequantize: bool = False) -> str | None:
+    @cached_property
+    def stored_types(self) -> frozenset[str]:
+        """The tensor types the weights file holds: GGUF's type names, or safetensors' dtypes (F32,
+        F16, BF16), from its header (the engine has read and checked it by the time this is asked)."""
+        if self.gguf:
+            return frozenset(self.gguf.tensor_types)
+        with open(self.weights, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        return frozenset(v["dtype"] for k, v in header.items() if k != "__metadata__")
+
+    def quality_note(self, dequantize: bool = False, kernels: str | None = None) -> str | None:
         """What a low-bit format costs in answers, and what to do, for the start-up lines; None
-        for exact weights (F32, F16, BF16), for Q8_0, and under --dequantize."""
-        if not self.gguf or dequantize:
+        for exact weights (F32, F16, and BF16 but on the avx512bf16 kernel path), for Q8_0, and
+        under --dequantize. `kernels`: the kernel path the engine runs (Engine.kernels)."""
+        if dequantize:
             return None
-        lossy = sorted((t for t in self.gguf.tensor_types if t in BITS_PER_WEIGHT), key=BITS_PER_WEIGHT.__getitem__)
-        if not lossy:
-            return None
-        worst = lossy[0]
-        return (f"{worst} keeps about {BITS_PER_WEIGHT[worst]} bits per weight, and the block kernels round each "
-                "input to 8 bits: a small model's answers can differ from its full-precision ones, down to "
-                "looping (SmolLM2-135M as Q4_1 repeats itself on \"What is the capital of France?\"); "
-                "--dequantize computes in F32 on the same file (more memory, a slower decode) and answers it")
+        notes = []
+        if kernels == "avx512bf16" and "BF16" in self.stored_types:
+            notes.append("BF16 matrices multiply their inputs rounded to bfloat16 on this CPU (kernels avx512bf16, "
+                         "as llama.cpp's do): logits about 1% off F32's, and a greedy answer can part from the "
+                         "exact one (SmolLM2-135M: 6 of 8 answers identical over 48 tokens); COLIBRI_ISA=avx512vnni "
+                         "computes them exactly")
+        lossy = sorted((t for t in self.stored_types if t in BITS_PER_WEIGHT), key=BITS_PER_WEIGHT.__getitem__)
+        if lossy:
+            worst = lossy[0]
+            notes.append(f"{worst} keeps about {BITS_PER_WEIGHT[worst]} bits per weight, and the block kernels round "
+                         "each input to 8 bits: a small model's answers can differ from its full-precision ones, down "
+                         "to looping (SmolLM2-135M as Q4_1 repeats itself on \"What is the capital of France?\"); "
+                         "--dequantize computes in F32 on the same file (more memory, a slower decode) and answers it")
+        return "; ".join(notes) or None
 
     def engine(self, n_slots: int = 1, n_threads: int = 0, dequantize: bool = False) -> Any:
         return open_engine(self.weights, self.config, n_slots, n_threads, dequantize)

@@ -807,16 +807,18 @@ int colibri_kernels_runs(int path) {
     case COLIBRI_KERNELS_AVX2: return avx2;
     case COLIBRI_KERNELS_AVXVNNI: return avx2 && __builtin_cpu_supports("avxvnni");
     case COLIBRI_KERNELS_AVX512VNNI: return avx512;
-    case COLIBRI_KERNELS_AVX512BF16: return avx512 && __builtin_cpu_supports("avx512bf16");
+    case COLIBRI_KERNELS_AVX512BF16:  /* and a build whose compiler made its pair kernel */
+        return avx512 && __builtin_cpu_supports("avx512bf16") && kernel_bf16_pairs_avx512bf16;
     }
 #endif
     return 0;
 }
 
-/* Whether the BF16 pairs are this CPU's default where it runs them: measured faster than widening
- * on AMD (Zen 4: 2.0-2.3x the float tile from one row to 512, bench/kernels/bf16_dot.c), slower on
- * the Intel Xeon measured (family 6 model 207: 0.67-0.85x the widening tile from four rows), so
- * not on Intel or any CPU not measured; COLIBRI_ISA=avx512bf16 still gives them there. */
+/* Whether the BF16 pairs are this CPU's default where it runs them: on AMD, where they were measured
+ * faster than widening (Zen 4: 2.0-2.5x the float tile from one row to 512, bench/kernels/bf16_dot.c;
+ * Zen 5 and later, which run 512-bit operations whole, were not measured and are taken to gain at
+ * least as much), not on Intel, where the Xeon measured (family 6 model 207) ran them 0.67-0.85x the
+ * widening tile from four rows; COLIBRI_ISA=avx512bf16 still gives them there. */
 static int pairs_by_default(void) {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     __builtin_cpu_init();
@@ -1229,18 +1231,19 @@ static int pack(colibri_engine *e, const float *const *src, const long *d_of, in
                 matrix *out) {
     long d = 0;
     for (int i = 0; i < n_src; i++) d += d_of[i];
-    if (kind == W_BF16 && e->kernel_path == COLIBRI_KERNELS_AVX512BF16) kind = W_BF16P;
+    if (kind == W_BF16 && e->kernel_path == COLIBRI_KERNELS_AVX512BF16) kind = W_BF16P;  /* runnable: it has pairs */
     const int bf16 = kind == W_BF16 || kind == W_BF16P;
-    const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float), steps = kind == W_BF16P ? (size_t)(n + 1) / 2 * 2 : (size_t)n;
-    size_t n_panels = (size_t)(d + PANEL - 1) / PANEL, size = n_panels * steps * PANEL * esize;
+    /* n2: the values a panel holds per output column, n rounded up to whole pairs for W_BF16P */
+    const size_t esize = bf16 ? sizeof(uint16_t) : sizeof(float), n2 = kind == W_BF16P ? (size_t)(n + 1) / 2 * 2 : (size_t)n;
+    size_t n_panels = (size_t)(d + PANEL - 1) / PANEL, size = n_panels * n2 * PANEL * esize;
     char *p = aligned_alloc(64, size);  /* size is a multiple of 32: PANEL elements per row */
     if (!p) return COLIBRI_E_NOMEM;
     memset(p, 0, size);
     long col = 0;
     for (int i = 0; i < n_src; i++)
         for (long row = 0; row < d_of[i]; row++, col++) {
-            /* element j of column col: panels (col / 16, steps, 16), or pairs (col / 16, steps / 2, 16, 2) */
-            const size_t panel = (size_t)(col / PANEL) * steps * PANEL, c = (size_t)(col % PANEL);
+            /* element j of column col: panels (col / 16, n2, 16), or pairs (col / 16, n2 / 2, 16, 2) */
+            const size_t panel = (size_t)(col / PANEL) * n2 * PANEL, c = (size_t)(col % PANEL);
             for (long j = 0; j < n; j++) {
                 const size_t at = kind == W_BF16P ? panel + ((size_t)j / 2 * PANEL + c) * 2 + (size_t)j % 2
                                                   : panel + (size_t)j * PANEL + c;

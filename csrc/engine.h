@@ -143,12 +143,12 @@ int colibri_threads(const colibri_engine *e);
 /* The kernel path the engine runs (COLIBRI_KERNELS_*, never BEST). */
 int colibri_kernels(const colibri_engine *e);
 /* The kernel path the engine runs uncapped: the widest this CPU runs, but avx512bf16 (which changes
- * a BF16 model's sums) only on a CPU where it was measured faster (engine.c, pairs_by_default). */
+ * a BF16 model's sums) only on AMD, where its pairs were measured faster (engine.c, pairs_by_default). */
 int colibri_kernels_available(void);
 /* 1 if this CPU runs kernel path `path`, else 0. The paths are not nested: a CPU may run a wider one
  * and not a narrower (AMD Zen 4 runs avx512vnni, not avxvnni). */
 int colibri_kernels_runs(int path);
-/* A kernel path's name ("portable", "avx2", "avxvnni", "avx512vnni"); NULL if this build has none
+/* A kernel path's name ("portable", "avx2", "avxvnni", "avx512vnni", "avx512bf16"); NULL if this build has none
  * of that number (only "portable" off x86). */
 const char *colibri_kernels_name(int path);
 /* The -march the engine outside the matmul kernels was compiled for ("native" unless the build set

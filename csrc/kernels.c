@@ -1,7 +1,7 @@
 /*
  * The matmul kernels (see kernels.h). Not compiled alone: each kernels_<path>.c sets an
  * instruction-set target and KERNEL_PATH, then includes this file, so every path is the same
- * source and the preprocessor's ISA macros (__AVX2__, __AVX512VNNI__, __AVXVNNI__) pick the
+ * source and the preprocessor's ISA macros (__AVX2__, __AVX512VNNI__, __AVXVNNI__, __AVX512BF16__) pick the
  * intrinsics each target allows; without any of them the portable loops run.
  */
 #ifndef KERNEL_PATH
@@ -286,7 +286,9 @@ static void round_rows_bf16(uint16_t *xb, const float *x, int rows, int n) {
             const int left = n - i;
             const __mmask16 lo = left >= 16 ? 0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
             const __mmask16 hi = left >= 32 ? 0xFFFF : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
-            const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, xr + i + 16), _mm512_maskz_loadu_ps(lo, xr + i));
+            /* a fully masked load reads nothing, but its address must still be one C allows */
+            const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, hi ? xr + i + 16 : xr),
+                                                   _mm512_maskz_loadu_ps(lo, lo ? xr + i : xr));
             const int keep = n2 - i < 32 ? n2 - i : 32;  /* n2 is even: whole pairs */
             _mm512_mask_storeu_epi16(o + i, keep == 32 ? 0xFFFFFFFFu : (__mmask32)((1u << keep) - 1), (__m512i)v);
         }
@@ -375,9 +377,19 @@ static void pair_matmul(float *out, const float *x, const matrix *w, int rows, p
 }
 #endif
 
+/* Whether this path's build has the pair kernel: only a compiler that took the avx512bf16 target
+ * (GCC's pragma; a clang build without -march to match has none): engine.c reports avx512bf16
+ * unrunnable without it, and packs W_BF16P for no other path. */
+const int KERNEL(kernel_bf16_pairs) =
+#if defined(__AVX512BF16__)
+    1;
+#else
+    0;
+#endif
+
 /* out (rows, d) = x (rows, n) @ W^T on panels. Threads split the output columns in groups of
- * four panels (group_rows). W_BF16P reaches only the avx512bf16 path (engine.c packs it for no
- * other). */
+ * four panels (group_rows). W_BF16P reaches only avx512bf16, and only a build of it with the pair
+ * kernel (engine.c). */
 void KERNEL(panel_matmul)(float *out, const float *x, const matrix *w, int rows, pool *team, const qinput *q) {
 #if defined(__AVX512BF16__)
     if (w->kind == W_BF16P) {

@@ -88,7 +88,8 @@ typedef struct {
 
 #define KERNEL_SET_DECL(path) \
     void panel_matmul_##path(float *, const float *, const matrix *, int, struct pool *, const qinput *); \
-    void block_matmul_##path(float *, const float *, const matrix *, int, struct pool *, const qinput *);
+    void block_matmul_##path(float *, const float *, const matrix *, int, struct pool *, const qinput *); \
+    extern const int kernel_bf16_pairs_##path;  /* 1: this build's panel_matmul multiplies W_BF16P */
 KERNEL_SET_DECL(portable)
 #if defined(__x86_64__) || defined(__i386__)
 KERNEL_SET_DECL(avx2)

@@ -27,7 +27,7 @@ KERNEL_PATHS = {"best": COLIBRI_KERNELS_BEST, "portable": COLIBRI_KERNELS_PORTAB
 
 def kernels_available():
     """The kernel path the engine runs uncapped, by name: the widest this CPU runs, but avx512bf16
-    only where it was measured faster (csrc/engine.c, pairs_by_default)."""
+    only on AMD, where its pairs were measured faster (csrc/engine.c, pairs_by_default)."""
     return colibri_kernels_name(colibri_kernels_available()).decode()
 
 

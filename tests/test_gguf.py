@@ -493,6 +493,28 @@ def test_serve_dequantize_flag_reaches_the_engine_and_the_startup_line(tmp_path)
     assert Model(write_gguf(tmp_path / "q8", Q.Q8_0)[0]).quality_note() is None  # 8 bits: answers agree
 
 
+def test_the_quality_line_names_bf16_pairs_only_where_they_run(tmp_path):
+    """BF16 is exact but on the avx512bf16 path, whose inputs are rounded: the start-up line says so
+    there, and how to get the exact sums, for a GGUF or a safetensors file holding BF16."""
+    pytest.importorskip("ml_dtypes")  # write_random_model's bfloat16
+    import shutil
+
+    from colibri.paths import EMBEDDED_MODEL
+
+    st = write_random_model(tmp_path / "st", seed=5, dtype="bfloat16", vocab=Model().config.vocab_size)
+    shutil.copy(EMBEDDED_MODEL / "tokenizer.json", st)  # a vocabulary of the model's size
+    for model in (Model(write_gguf(tmp_path / "gguf", Q.BF16)[0]), Model(st)):
+        assert "BF16" in model.stored_types
+        note = model.quality_note(kernels="avx512bf16")
+        assert note is not None and note.startswith("BF16 matrices multiply their inputs rounded to bfloat16")
+        assert "COLIBRI_ISA=avx512vnni" in note
+        assert model.quality_note(kernels="avx512vnni") is None
+        assert model.quality_note(dequantize=True, kernels="avx512bf16") is None
+    q4 = Model(write_gguf(tmp_path / "q4", Q.Q4_1)[0])
+    assert q4.quality_note(kernels="avx512bf16").startswith("Q4_1 keeps")  # no BF16 there
+    assert Model().stored_types == {"F32"} and Model().quality_note(kernels="avx512bf16") is None
+
+
 def test_peer_converter_widens_bf16_exactly(tmp_path):
     """bench/peers/hf_to_gguf.py hands llama.cpp float32 copies of a folder's tensors; BF16 ones
     (a model trained under bf16 autocast and stored so) must widen bit for bit, F32 ones pass."""

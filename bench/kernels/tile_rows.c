@@ -63,7 +63,7 @@ static void run_block(void *ctx, float *out, const float *x, int rows) {
 typedef struct { panel_fn fn; const matrix *w; } panel_ctx;
 static void run_panel(void *ctx, float *out, const float *x, int rows) {
     const panel_ctx *p = ctx;
-    p->fn(out, x, p->w, rows, NULL);
+    p->fn(out, x, p->w, rows, NULL, NULL);
 }
 
 /* A block matrix: forms 0-3 W_Q32, 0 nibbles (Q4_1), 1 Q8_0, 2 bytes of any value (Q5_1-like), 3 bytes
@@ -126,9 +126,9 @@ static int panel_case(panel_fn fn, int d, int n, int calls) {
     float *x = malloc(sizeof(float) * ROWS * n), *out = malloc(sizeof(float) * ROWS * d);
     float *ref = malloc(sizeof(float) * ROWS * d), *one = malloc(sizeof(float) * d);
     for (int i = 0; i < ROWS * n; i++) x[i] = uniform();
-    fn(out, x, &w, ROWS, NULL);
-    fn(ref, x, &wf, ROWS, NULL);
-    fn(one, x, &w, 1, NULL);
+    fn(out, x, &w, ROWS, NULL, NULL);  /* no qinput: W_BF16 and W_F32 panels never read it */
+    fn(ref, x, &wf, ROWS, NULL, NULL);
+    fn(one, x, &w, 1, NULL, NULL);
     const int exact = memcmp(out, ref, sizeof(float) * ROWS * d) == 0, same = memcmp(one, out, sizeof(float) * d) == 0;
     panel_ctx ctx = {fn, &w};
     double best[2];
