@@ -18,6 +18,7 @@
  * ratios widen / pairs and floats / pairs (above 1: the pair kernel is faster). Exits 2 without
  * AVX-512 BF16.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
