@@ -73,7 +73,7 @@ class ServeApplication(BaseApplication):  # type: ignore[misc]
         print(f"colibri: family {settings.family} ({self.family_note})", flush=True)
         print(f"colibri: weights: {model.weights_note(settings.dequantize)}", flush=True)
         print(f"colibri: engine: {threads_note(settings.n_threads)}; {kernels_note(svc.scheduler.engine)}", flush=True)
-        quality = model.quality_note(settings.dequantize, svc.scheduler.engine.kernels)
+        quality = model.quality_note(settings.dequantize, getattr(svc.scheduler.engine, "kernels", None))
         if quality:
             print(f"colibri: quality: {quality}", flush=True)
         print(f"colibri: answers stop at {settings.max_tokens} tokens when a request sets no limit (--max-tokens): "
