@@ -258,12 +258,13 @@ class Model:
     @cached_property
     def stored_types(self) -> frozenset[str]:
         """The tensor types the weights file holds: GGUF's type names, or safetensors' dtypes (F32,
-        F16, BF16), from its header (the engine has read and checked it by the time this is asked)."""
+        F16, BF16), from its header (no tensor is read)."""
         if self.gguf:
             return frozenset(self.gguf.tensor_types)
-        with open(self.weights, "rb") as f:
-            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-        return frozenset(v["dtype"] for k, v in header.items() if k != "__metadata__")
+        from safetensors import safe_open
+
+        with safe_open(str(self.weights), framework="numpy") as f:
+            return frozenset(f.get_slice(name).get_dtype() for name in f.keys())
 
     def quality_note(self, dequantize: bool = False, kernels: str | None = None) -> str | None:
         """What a low-bit format costs in answers, and what to do, for the start-up lines; None

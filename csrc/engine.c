@@ -831,9 +831,8 @@ static int pairs_by_default(void) {
 /* The widest path this CPU runs that is not wider than `cap`; COLIBRI_KERNELS_BEST (no cap): the
  * widest, but avx512bf16 only where pairs_by_default. */
 static int cpu_kernel_path(int cap) {
-    int path = COLIBRI_KERNELS_AVX512BF16;
-    if (cap != COLIBRI_KERNELS_BEST && cap < path) path = cap;
-    if (cap == COLIBRI_KERNELS_BEST && !pairs_by_default()) path = COLIBRI_KERNELS_AVX512VNNI;
+    int path = cap != COLIBRI_KERNELS_BEST ? cap
+               : pairs_by_default() ? COLIBRI_KERNELS_AVX512BF16 : COLIBRI_KERNELS_AVX512VNNI;
     while (path > COLIBRI_KERNELS_PORTABLE && !colibri_kernels_runs(path)) path--;
     return path;
 }

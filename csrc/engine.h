@@ -83,7 +83,8 @@ typedef struct {
     int dequantize;
     /* A cap on the kernel path (COLIBRI_KERNELS_*): the widest path the CPU runs that is not wider
      * than this one (so a path the CPU lacks gives a narrower one); COLIBRI_KERNELS_BEST (0): no cap,
-     * colibri_kernels_available's path. To measure or test a narrower CPU's path on a wider one. colibri_load returns COLIBRI_E_ARG for a value outside the list. */
+     * colibri_kernels_available's path. To measure or test a narrower CPU's path on a wider one.
+     * colibri_load returns COLIBRI_E_ARG for a value outside the list. */
     int kernels;
 } colibri_config;
 

@@ -274,11 +274,10 @@ static void panel_part(void *arg, int tid, int nt) {
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
 
-/* x (rows, n) floats -> xb (rows, 2 * ceil(n / 2)) bfloat16, rounded to nearest even by the
- * instruction itself (a row's tail is read masked and padded with zeros), so every input takes
- * the same rounding. */
-static void round_rows_bf16(uint16_t *xb, const float *x, int rows, int n) {
-    const int n2 = 2 * ((n + 1) / 2);
+/* x (rows, n) floats -> xb (rows, n2) bfloat16, n2 = n rounded up to even, rounded to nearest even
+ * by the instruction itself (a row's tail is read masked and padded with zeros), so every input
+ * takes the same rounding. */
+static void round_rows_bf16(uint16_t *xb, const float *x, int rows, int n, int n2) {
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * n;
         uint16_t *o = xb + (size_t)r * n2;
@@ -369,7 +368,7 @@ static void pair_part(void *arg, int tid, int nt) {
  * conversions against rows * n * d products), then the panels split among the team. */
 static void pair_matmul(float *out, const float *x, const matrix *w, int rows, pool *team, uint16_t *xb) {
     const int n = w->n, d = w->d, n2 = 2 * ((n + 1) / 2), n_panels = (d + PANEL - 1) / PANEL;
-    round_rows_bf16(xb, x, rows, n);
+    round_rows_bf16(xb, x, rows, n, n2);
     pair_job j = {out, xb, w, rows, n2, d, n_panels};
     const int threads = pool_size(team);
     if (threads > 1 && n_panels > 1 && (long)d * n * rows >= PARALLEL_MIN_WORK) pool_run(team, threads, pair_part, &j);
